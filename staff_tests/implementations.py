@@ -1,0 +1,175 @@
+"""Student-like implementations: correct variants the graded cases must pass, and broken
+ones (the mistakes students plausibly make) each of which some graded case must fail."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import torch
+
+from cs_basics.nn import functional
+
+
+def softmax_max_shift(x, dim):
+    e = torch.exp(x - x.max(dim=dim, keepdim=True).values)
+    return e / e.sum(dim=dim, keepdim=True)
+
+
+def attention_matmul(Q, K, V, mask=None, *, fill=-math.inf, scale=None, softmax=softmax_max_shift):
+    """The textbook version: materialize the scores, mask, softmax, multiply."""
+    scores = Q @ K.transpose(-2, -1) * (scale if scale is not None else 1 / math.sqrt(Q.shape[-1]))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, fill)
+    weights = softmax(scores, -1)
+    if mask is not None:
+        weights = weights.masked_fill(~mask.any(-1, keepdim=True), 0.0)
+    return weights @ V
+
+
+def attention_where_nan_to_num(Q, K, V, mask=None):
+    scores = torch.einsum("...qd,...kd->...qk", Q / math.sqrt(Q.shape[-1]), K)
+    if mask is not None:
+        scores = torch.where(mask, scores, torch.tensor(float("-inf"), dtype=Q.dtype, device=Q.device))
+    weights = torch.nan_to_num(softmax_max_shift(scores, -1), nan=0.0)
+    return torch.einsum("...qk,...kd->...qd", weights, V)
+
+
+def impl(attention=None, softmax=None) -> SimpleNamespace:
+    """An adapters-like object over the given functions (the reference where not given)."""
+    return SimpleNamespace(
+        run_softmax=softmax or functional.softmax,
+        run_scaled_dot_product_attention=attention or functional.scaled_dot_product_attention,
+    )
+
+
+CORRECT = {
+    "reference": impl(),
+    "matmul_max_shift": impl(attention_matmul, softmax_max_shift),
+    "finite_fill": impl(lambda Q, K, V, mask=None: attention_matmul(Q, K, V, mask, fill=torch.finfo(Q.dtype).min)),
+    "where_nan_to_num": impl(attention_where_nan_to_num),
+}
+
+
+def _scores(Q, K):
+    return Q @ K.mT / math.sqrt(Q.shape[-1])
+
+
+def no_shift_softmax(x, dim):
+    e = torch.exp(x)
+    return e / e.sum(dim=dim, keepdim=True)
+
+
+def mask_after_softmax(Q, K, V, mask=None):
+    weights = softmax_max_shift(_scores(Q, K), -1)
+    return (weights * mask if mask is not None else weights) @ V
+
+
+def nan_for_all_false_rows(Q, K, V, mask=None):
+    scores = _scores(Q, K) if mask is None else _scores(Q, K).masked_fill(~mask, -math.inf)
+    return softmax_max_shift(scores, -1) @ V
+
+
+def uniform_for_all_false_rows(Q, K, V, mask=None):
+    scores = _scores(Q, K) if mask is None else _scores(Q, K).masked_fill(~mask, -1e9)
+    return softmax_max_shift(scores, -1) @ V
+
+
+def bmm_only_3d(Q, K, V, mask=None):
+    scores = torch.bmm(Q, K.transpose(1, 2)) / math.sqrt(Q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, -math.inf)
+    return torch.bmm(torch.nan_to_num(softmax_max_shift(scores, -1)), V)
+
+
+def view_instead_of_reshape(Q, K, V, mask=None):
+    flat = [t.view(-1, *t.shape[-2:]) for t in (Q, K, V)]
+    m = None if mask is None else mask.expand(*Q.shape[:-1], K.shape[-2]).reshape(-1, Q.shape[-2], K.shape[-2])
+    return attention_matmul(*flat, m).view(*Q.shape[:-1], V.shape[-1])
+
+
+def scales_q_in_place(Q, K, V, mask=None):
+    Q = Q.detach()
+    Q /= math.sqrt(Q.shape[-1])
+    return attention_matmul(Q, K, V, mask, scale=1.0)
+
+
+def softmax_shifts_in_place(x, dim):
+    x = x.detach()
+    x -= x.max(dim=dim, keepdim=True).values
+    return no_shift_softmax(x, dim)
+
+
+def under_no_grad(Q, K, V, mask=None):
+    with torch.no_grad():
+        return attention_matmul(Q, K, V, mask)
+
+
+def not_implemented(*args, **kwargs):
+    raise NotImplementedError
+
+
+def scaled(scale_of):
+    return lambda Q, K, V, mask=None: attention_matmul(Q, K, V, mask, scale=scale_of(Q, V))
+
+
+def in_float32(Q, K, V, mask=None):
+    return attention_matmul(Q.float(), K.float(), V.float(), mask)
+
+
+# name -> (implementation, the id of a case it must fail)
+BROKEN = {
+    "no_scale": (impl(scaled(lambda Q, V: 1.0)), "scaled_dot_product_attention-no_mask"),
+    "scale_by_d_k": (impl(scaled(lambda Q, V: 1 / Q.shape[-1])), "scaled_dot_product_attention-no_mask"),
+    "scale_by_d_v": (impl(scaled(lambda Q, V: 1 / math.sqrt(V.shape[-1]))), "scaled_dot_product_attention-d_k_ne_d_v"),
+    "mask_flipped": (
+        impl(lambda Q, K, V, mask=None: attention_matmul(Q, K, V, None if mask is None else ~mask)),
+        "scaled_dot_product_attention-mask",
+    ),
+    "mask_ignored": (impl(lambda Q, K, V, mask=None: attention_matmul(Q, K, V)), "scaled_dot_product_attention-mask"),
+    "mask_after_softmax": (impl(mask_after_softmax), "scaled_dot_product_attention_mask-weights"),
+    "softmax_over_queries": (
+        impl(lambda Q, K, V, mask=None: attention_matmul(Q, K, V, mask, softmax=lambda s, d: softmax_max_shift(s, -2))),
+        "scaled_dot_product_attention-no_mask",
+    ),
+    "softmax_no_shift": (impl(softmax=no_shift_softmax), "softmax-inputs_near_1e4"),
+    "attention_softmax_no_shift": (
+        impl(lambda Q, K, V, mask=None: attention_matmul(Q, K, V, mask, softmax=no_shift_softmax)),
+        "scaled_dot_product_attention-scores_near_1e4",
+    ),
+    # stable but not exact: x - logsumexp(x) rounds to float32's 1e-3 grid near 1e4
+    "softmax_via_logsumexp": (
+        impl(softmax=lambda x, dim: torch.exp(x - torch.logsumexp(x, dim=dim, keepdim=True))),
+        "softmax-inputs_near_1e4",
+    ),
+    "softmax_always_last_dim": (impl(softmax=lambda x, dim: softmax_max_shift(x, -1)), "softmax-dim_0"),
+    "nan_for_all_false_rows": (impl(nan_for_all_false_rows), "scaled_dot_product_attention_mask-all_false_rows"),
+    "uniform_for_all_false_rows": (
+        impl(uniform_for_all_false_rows),
+        "scaled_dot_product_attention_mask-all_false_rows",
+    ),
+    "bmm_only_3d": (impl(bmm_only_3d), "4d_scaled_dot_product_attention-mask"),
+    "view_instead_of_reshape": (impl(view_instead_of_reshape), "4d_scaled_dot_product_attention-heads_transposed"),
+    "returns_tuple": (
+        impl(lambda Q, K, V, mask=None: (attention_matmul(Q, K, V, mask), None)),
+        "scaled_dot_product_attention-no_mask",
+    ),
+    "computes_in_float32": (impl(in_float32), "scaled_dot_product_attention-float64"),
+    "float32_cast_back": (
+        impl(lambda Q, K, V, mask=None: in_float32(Q, K, V, mask).to(Q.dtype)),
+        "scaled_dot_product_attention-float64",
+    ),
+    "softmax_in_float32": (impl(softmax=lambda x, dim: softmax_max_shift(x.float(), dim)), "softmax-float64"),
+    "output_on_another_device": (
+        impl(lambda Q, K, V, mask=None: attention_matmul(Q, K, V, mask).to("meta")),
+        "scaled_dot_product_attention-no_mask",
+    ),
+    "gradient_cut": (
+        impl(lambda Q, K, V, mask=None: attention_matmul(Q, K, V, mask).detach()),
+        "scaled_dot_product_attention-grad",
+    ),
+    "under_no_grad": (impl(under_no_grad), "scaled_dot_product_attention-grad"),
+    "scales_q_in_place": (impl(scales_q_in_place), "scaled_dot_product_attention-no_mask"),
+    "softmax_shifts_in_place": (impl(softmax=softmax_shifts_in_place), "softmax-last_dim"),
+    "not_implemented": (impl(not_implemented, not_implemented), "scaled_dot_product_attention-no_mask"),
+}
