@@ -1,0 +1,81 @@
+"""The students' commands, run as they run them: what they select and what a failure says."""
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def pytest_run(*args, cwd=ROOT):
+    env = {k: v for k, v in os.environ.items() if k != "CS_BASICS_DEVICE"}
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
+    )
+
+
+def collected(*args):
+    result = pytest_run("--collect-only", "-q", *args)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return {line for line in result.stdout.splitlines() if "::" in line}
+
+
+def test_points_marker_selects_exactly_the_graded_cases(assignment):
+    ids = collected("-m", "points")
+    expected = {f"tests/{module}::{case.test}[{case.param}]" for case in assignment.cases for module in _modules(case)}
+    assert ids == expected
+    totals = {}
+    for case in assignment.cases:
+        totals[case.problem] = totals.get(case.problem, 0) + assignment.points[case.id]
+    assert totals == pytest.approx({"softmax": 1.0, "scaled_dot_product_attention": 5.0})
+
+
+def _modules(case):
+    return ["test_softmax.py"] if case.problem == "softmax" else ["test_attention.py"]
+
+
+def test_the_two_student_commands_select_3d_and_4d_cases():
+    three_d = collected("-k", "test_scaled_dot_product_attention")
+    four_d = collected("-k", "test_4d_scaled_dot_product_attention")
+    assert three_d and four_d and not three_d & four_d
+    assert all("::test_4d_scaled_dot_product_attention[" in i for i in four_d)
+    assert any("::test_scaled_dot_product_attention[mask]" in i for i in three_d)
+    assert any("::test_scaled_dot_product_attention_mask[all_false_rows]" in i for i in three_d)
+
+
+def test_header_names_the_device_chosen_by_the_option():
+    result = pytest_run("--collect-only", "--device", "meta", "tests/test_softmax.py")
+    assert "cs_basics: device meta (torch " in result.stdout
+
+
+@pytest.fixture
+def project_copy(tmp_path):
+    for name in ("cs_basics", "tests", "fixtures"):
+        shutil.copytree(ROOT / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path)
+    return tmp_path
+
+
+def test_a_wrong_scale_fails_with_a_message_that_says_what_to_fix(project_copy):
+    functional = project_copy / "cs_basics" / "nn" / "functional.py"
+    source = functional.read_text()
+    functional.write_text(source.replace("/ math.sqrt(d_k)", "/ d_k"))
+    result = pytest_run("-q", "-k", "test_scaled_dot_product_attention and no_mask", cwd=project_copy)
+    assert result.returncode == 1, result.stdout
+    out = result.stdout
+    assert "scaled_dot_product_attention-no_mask: out: 3072 of 3072 elements differ" in out
+    assert "worst absolute error" in out and "worst relative error" in out
+    assert "rerun: uv run pytest -k 'test_scaled_dot_product_attention and no_mask'" in out
+
+
+def test_an_altered_fixture_fails_naming_the_file_and_the_fix(project_copy):
+    fixture = project_copy / "fixtures" / "softmax-last_dim.safetensors"
+    fixture.write_bytes(fixture.read_bytes().replace(b"softmax", b"SOFTMAX", 1))
+    result = pytest_run("-q", "-k", "test_softmax or test_fixtures", cwd=project_copy)
+    assert result.returncode == 1
+    assert "softmax-last_dim.safetensors does not match its checksum in MANIFEST.json" in result.stdout
+    assert "uv run cs-basics fixtures" in result.stdout
