@@ -13,8 +13,8 @@ def store(tmp_path):
     store = FixtureStore(tmp_path / "fixtures")
     store.write_all(
         {
-            "a-one": ({"input.x": torch.arange(3.0), "expected.out": torch.ones(3, dtype=torch.float64)}, {"seed": "1"}),
-            "a-two": ({"input.x": torch.zeros(2), "expected.out": torch.zeros(2, dtype=torch.float64)}, {"seed": "2"}),
+            "a-one": ({"input.x": torch.arange(3.0), "expected.out": torch.ones(3).double()}, {"seed": "1"}),
+            "a-two": ({"input.x": torch.zeros(2), "expected.out": torch.zeros(2).double()}, {"seed": "2"}),
         }
     )
     return store
@@ -57,7 +57,7 @@ def test_fixture_of_no_case_is_reported(store):
 
 def test_missing_manifest_is_reported(store):
     (store.root / MANIFEST).unlink()
-    with pytest.raises(FixtureError, match="MANIFEST.json is missing"):
+    with pytest.raises(FixtureError, match=r"MANIFEST\.json is missing"):
         FixtureStore(store.root).load("a-one")
 
 
