@@ -52,6 +52,12 @@ def test_header_names_the_device_chosen_by_the_option():
     assert "cs_basics: device meta (torch " in result.stdout
 
 
+def test_a_device_that_is_not_there_is_a_usage_error():
+    result = pytest_run("--collect-only", "--device", "tpu", "tests/test_softmax.py")
+    assert result.returncode == 4 and "unknown device 'tpu'" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
 @pytest.fixture
 def project_copy(tmp_path):
     for name in ("cs_basics", "tests", "fixtures"):

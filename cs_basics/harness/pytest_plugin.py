@@ -29,6 +29,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "points(n): a graded test worth n points")
+    try:
+        choose_device(config.getoption("--device"))
+    except ValueError as err:
+        raise pytest.UsageError(str(err)) from None
     use_exact_float32()
 
 
