@@ -333,21 +333,16 @@ CASES: list[Case] = [
         shapes((2, 5, 8), (2, 6, 8), (2, 6, 4), lambda s: random_mask(s, 2, 5, 6), True),
         dtype=torch.float64,
     ),
-    attention(
-        SDPA_3D,
-        "float16",
-        27,
-        shapes((2, 5, 8), (2, 6, 8), (2, 6, 4), lambda s: random_mask(s, 2, 5, 6)),
-        check=check_low_precision,
-        dtype=torch.float16,
-    ),
-    attention(
-        SDPA_3D,
-        "bfloat16",
-        28,
-        shapes((2, 5, 8), (2, 6, 8), (2, 6, 4), lambda s: random_mask(s, 2, 5, 6)),
-        check=check_low_precision,
-        dtype=torch.bfloat16,
+    *(
+        attention(
+            SDPA_3D,
+            name,
+            seed,
+            shapes((2, 5, 8), (2, 6, 8), (2, 6, 4), lambda s: random_mask(s, 2, 5, 6)),
+            check=check_low_precision,
+            dtype=dtype,
+        )
+        for name, seed, dtype in (("float16", 27, torch.float16), ("bfloat16", 28, torch.bfloat16))
     ),
     # 4D (batch, heads, seq, d)
     attention(SDPA_4D, "mask", 0, lambda seed: cs336_inputs(mask=True, heads=2)),
