@@ -67,6 +67,17 @@ def test_write_all_removes_stale_files_and_rewrites_manifest(store):
     assert list(json.loads((store.root / MANIFEST).read_text())["sha256"]) == ["a-one.safetensors"]
 
 
+def test_writing_the_same_fixtures_twice_gives_the_same_bytes(store, tmp_path):
+    inputs, expected = store.load("a-one")
+    meta = {key: str(i) for i, key in enumerate("hgfedcba")}  # 8! orders: one in 40320 to pass by luck
+    files = {"a-one": ({"input.x": inputs["x"], "expected.out": expected["out"]}, meta)}
+    once, twice = FixtureStore(tmp_path / "once"), FixtureStore(tmp_path / "twice")
+    once.write_all(files)
+    twice.write_all(files)
+    assert snapshot(once.root) == snapshot(twice.root)
+    assert once.metadata("a-one") == meta
+
+
 def test_each_fixture_is_read_once_per_store(store, monkeypatch):
     store.load("a-one")
     shutil.rmtree(store.root)

@@ -17,6 +17,7 @@ import torch
 from safetensors.torch import load, save
 
 MANIFEST = "MANIFEST.json"
+PROVENANCE = "provenance"  # the metadata key holding seed, command, torch version… as JSON
 REGENERATE = "uv run cs-basics fixtures"
 
 
@@ -69,7 +70,7 @@ class FixtureStore:
         from safetensors import safe_open
 
         with safe_open(self.path(case_id), framework="pt") as f:
-            return dict(f.metadata() or {})
+            return json.loads((f.metadata() or {}).get(PROVENANCE, "{}"))
 
     def problems(self, case_ids: Iterable[str]) -> list[str]:
         """Every way the folder disagrees with the cases that should own its files."""
@@ -95,7 +96,11 @@ class FixtureStore:
         """Replace the folder's fixtures with `files` (case id -> (tensors, metadata)) and the manifest."""
         self.root.mkdir(parents=True, exist_ok=True)
         blobs = {
-            f"{case_id}.safetensors": save({k: v.contiguous() for k, v in tensors.items()}, metadata=dict(meta))
+            f"{case_id}.safetensors": save(
+                {k: v.contiguous() for k, v in tensors.items()},
+                # one key: safetensors writes several in random order, and the bytes would change every time
+                metadata={PROVENANCE: json.dumps(dict(meta), sort_keys=True)},
+            )
             for case_id, (tensors, meta) in files.items()
         }
         for stale in self.root.glob("*.safetensors"):
