@@ -12,9 +12,10 @@ def cmd_fixtures(args: argparse.Namespace) -> int:
     from cs_basics.harness.generate import regenerate
 
     assignment = Assignment.find(args.project)
-    written = regenerate(assignment)
-    size = sum(assignment.store.path(c).stat().st_size for c in written)
-    print(f"wrote {len(written)} fixtures ({size / 1024:.0f} KiB) and the manifest to {assignment.store.root}")
+    regenerate(assignment)
+    for store, cases in assignment.stores():
+        size = sum(store.path(c.id).stat().st_size for c in cases)
+        print(f"wrote {len(cases)} fixtures ({size / 1024:.0f} KiB) and the manifest to {store.root}")
     return 0
 
 

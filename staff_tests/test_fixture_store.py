@@ -87,7 +87,7 @@ def test_each_fixture_is_read_once_per_store(store, monkeypatch):
 def test_committed_fixtures_are_what_the_oracle_makes(assignment):
     """Regenerating every case reproduces the stored tensors exactly: no fixture was edited by hand."""
     for case in assignment.cases:
-        stored_inputs, stored_expected = assignment.store.load(case.id)
+        stored_inputs, stored_expected = assignment.store_for(case).load(case.id)
         fresh = fixture_tensors(case)
         stored = {f"input.{k}": v for k, v in stored_inputs.items()} | {
             f"expected.{k}": v for k, v in stored_expected.items()
@@ -95,7 +95,7 @@ def test_committed_fixtures_are_what_the_oracle_makes(assignment):
         assert fresh.keys() == stored.keys(), case.id
         for key, tensor in fresh.items():
             assert torch.equal(tensor, stored[key]), f"{case.id}: {key} differs; run `uv run cs-basics fixtures`"
-        assert assignment.store.metadata(case.id)["seed"] == str(case.seed)
+        assert assignment.store_for(case).metadata(case.id)["seed"] == str(case.seed)
 
 
 def test_fixtures_stay_small(assignment):

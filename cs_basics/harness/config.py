@@ -1,16 +1,22 @@
 """An assignment's declaration: the `[tool.cs-basics]` table of its pyproject.toml.
 
 [tool.cs-basics]
-fixtures = "fixtures"          # folder of stored tensors, relative to the project root
-cases = "tests.cases"          # module (importable from the root) defining CASES
-adapters = "tests.adapters"    # module that plugs the student's code in
+fixtures = "fixtures"                   # folder of stored tensors, relative to the project root
+cases = "tests.cases"                   # module (importable from the root) defining CASES
+adapters = "tests.adapters"             # module that plugs the student's code in
+hidden = "hidden"                       # staff only: hidden/cases.py (CASES) and hidden/fixtures/
+student_code = ["cs_basics"]            # what grading takes from a submission
+staff_code = ["cs_basics/harness"]      # ...except these, always taken from this repository
+handout_exclude = ["staff_tests"]       # left out of the student handout (besides `hidden`)
 
 [tool.cs-basics.problems.softmax]
 points = 1
+forbidden = ["torch.softmax", "Tensor.softmax"]   # calls that zero the problem if the student's code makes them
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import sys
 import tomllib
@@ -31,6 +37,7 @@ class ConfigError(Exception):
 class Problem:
     name: str
     points: float
+    forbidden: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -55,20 +62,52 @@ class Assignment:
         problems = self.table.get("problems") or {}
         if not problems:
             raise ConfigError(f"{self.root / 'pyproject.toml'}: [tool.cs-basics.problems] declares no problem")
-        return {name: Problem(name, float(spec["points"])) for name, spec in problems.items()}
+        return {
+            name: Problem(name, float(spec["points"]), tuple(spec.get("forbidden", ()))) for name, spec in problems.items()
+        }
 
     @cached_property
     def store(self) -> FixtureStore:
         return FixtureStore(self.root / self.table.get("fixtures", "fixtures"))
 
-    def _import(self, key: str, default: str) -> ModuleType:
+    @property
+    def hidden_dir(self) -> Path | None:
+        """The staff-only folder of hidden cases, if this copy has one (a handout does not)."""
+        name = self.table.get("hidden")
+        return self.root / name if name and (self.root / name).is_dir() else None
+
+    @cached_property
+    def hidden_store(self) -> FixtureStore | None:
+        return FixtureStore(self.hidden_dir / "fixtures") if self.hidden_dir else None
+
+    def store_for(self, case: Case) -> FixtureStore:
+        if case.hidden:
+            if self.hidden_store is None:
+                raise ConfigError(f"case {case.id} is hidden, but {self.root} has no hidden folder")
+            return self.hidden_store
+        return self.store
+
+    def stores(self) -> list[tuple[FixtureStore, list[Case]]]:
+        """Each fixture store with the cases that own its files."""
+        found = [(self.store, [c for c in self.cases if not c.hidden])]
+        if self.hidden_store is not None:
+            found.append((self.hidden_store, [c for c in self.cases if c.hidden]))
+        return found
+
+    def fixture_problems(self) -> list[str]:
+        return [p for store, cases in self.stores() for p in store.problems(c.id for c in cases)]
+
+    def _import(self, module: str) -> ModuleType:
         if str(self.root) not in sys.path:
             sys.path.insert(0, str(self.root))
-        return importlib.import_module(self.table.get(key, default))
+        return importlib.import_module(module)
 
     @cached_property
     def cases(self) -> list[Case]:
-        cases = list(self._import("cases", "tests.cases").CASES)
+        cases = list(self._import(self.table.get("cases", "tests.cases")).CASES)
+        if self.hidden_dir is not None:
+            hidden = self._import(f"{self.hidden_dir.name}.cases").CASES
+            cases += [dataclasses.replace(c, hidden=True) for c in hidden]
         ids = [c.id for c in cases]
         dupes = sorted({i for i in ids if ids.count(i) > 1})
         if dupes:
@@ -76,8 +115,20 @@ class Assignment:
         return cases
 
     def adapters(self) -> ModuleType:
-        return self._import("adapters", "tests.adapters")
+        return self._import(self.table.get("adapters", "tests.adapters"))
 
     @cached_property
     def points(self) -> dict[str, float]:
         return points_by_case(self.cases, {p.name: p.points for p in self.problems.values()})
+
+    @property
+    def student_code(self) -> list[str]:
+        return list(self.table.get("student_code", ["cs_basics"]))
+
+    @property
+    def staff_code(self) -> list[str]:
+        return list(self.table.get("staff_code", []))
+
+    @property
+    def handout_exclude(self) -> list[str]:
+        return list(self.table.get("handout_exclude", []))

@@ -29,6 +29,8 @@ def provenance(case: Case) -> dict[str, str]:
 
 def regenerate(assignment: Assignment) -> list[str]:
     """Rewrite the fixture folder; return the case ids written."""
-    files = {case.id: (fixture_tensors(case), provenance(case)) for case in assignment.cases}
-    assignment.store.write_all(files)
-    return list(files)
+    written = []
+    for store, cases in assignment.stores():
+        store.write_all({case.id: (fixture_tensors(case), provenance(case)) for case in cases})
+        written += [case.id for case in cases]
+    return written

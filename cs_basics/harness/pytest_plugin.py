@@ -57,7 +57,7 @@ def run_graded_case(assignment: Assignment, device: torch.device) -> Callable[[C
 
     def run(case: Case, adapters: ModuleType) -> None:
         try:
-            run_case(case, adapters, assignment.store, device)
+            run_case(case, adapters, assignment.store_for(case), device)
         except FixtureError as err:
             pytest.fail(str(err), pytrace=False)
 
