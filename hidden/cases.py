@@ -19,7 +19,12 @@ ATTENTION = "test_hidden_scaled_dot_product_attention"
 CASES = [
     replace(softmax("dim_1_near_1e4", 110, dim=1, shift=1e4), test=SOFTMAX),
     replace(softmax("grad_dim_0", 111, dim=0, grad=True), test=SOFTMAX),
-    attention(ATTENTION, "mask_3d", 120, shapes((3, 9, 32), (3, 11, 32), (3, 11, 16), lambda s: random_mask(s, 3, 9, 11))),
+    attention(
+        ATTENTION,
+        "mask_3d",
+        120,
+        shapes((3, 9, 32), (3, 11, 32), (3, 11, 16), lambda s: random_mask(s, 3, 9, 11)),
+    ),
     attention(
         ATTENTION,
         "causal_grad_4d",

@@ -62,9 +62,7 @@ class Assignment:
         problems = self.table.get("problems") or {}
         if not problems:
             raise ConfigError(f"{self.root / 'pyproject.toml'}: [tool.cs-basics.problems] declares no problem")
-        return {
-            name: Problem(name, float(spec["points"]), tuple(spec.get("forbidden", ()))) for name, spec in problems.items()
-        }
+        return {name: Problem(name, float(s["points"]), tuple(s.get("forbidden", ()))) for name, s in problems.items()}
 
     @cached_property
     def store(self) -> FixtureStore:
