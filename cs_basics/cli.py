@@ -1,4 +1,4 @@
-"""The `cs-basics` command for course staff."""
+"""The `cs-basics` command for course staff (and for students who want their grade)."""
 
 from __future__ import annotations
 
@@ -19,12 +19,42 @@ def cmd_fixtures(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_grade(args: argparse.Namespace) -> int:
+    from cs_basics.harness.batch import grade_many, is_batch
+    from cs_basics.harness.config import Assignment
+    from cs_basics.harness.grade_command import grade_one, limits_from
+
+    assignment = Assignment.find(args.project)
+    submission = (args.submission or assignment.root).resolve()
+    if is_batch(assignment, submission):
+        return grade_many(assignment, submission, args.results or Path("results"), args)
+    return grade_one(assignment, submission, args.results or Path("results.json"), args.device, limits_from(args))
+
+
+def add_grade_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--device", default=None, help="cuda, mps or cpu (default: the best present)")
+    parser.add_argument("--case-seconds", type=float, default=60.0, help="time limit per test case (default 60)")
+    parser.add_argument("--total-seconds", type=float, default=900.0, help="time limit per submission (default 900)")
+    parser.add_argument("--memory-mb", type=int, default=4096, help="memory limit of the student's process, 0: none")
+    parser.add_argument("--quiet", action="store_true", help="no table, just the total")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cs-basics", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
+    project = {"type": Path, "default": None, "help": "assignment folder (default: the nearest)"}
+
     fixtures = sub.add_parser("fixtures", help="regenerate the stored fixtures from the float64 oracle")
-    fixtures.add_argument("--project", type=Path, default=None, help="assignment folder (default: the nearest)")
+    fixtures.add_argument("--project", **project)
     fixtures.set_defaults(func=cmd_fixtures)
+
+    grade = sub.add_parser("grade", help="grade a submission (or a folder of them) into Gradescope's results format")
+    grade.add_argument("--submission", type=Path, default=None, help="a student's copy, or a folder of them")
+    grade.add_argument("--results", type=Path, default=None, help="results.json (a folder for many submissions)")
+    grade.add_argument("--workers", type=int, default=None, help="parallel gradings for many submissions")
+    grade.add_argument("--project", **project)
+    add_grade_options(grade)
+    grade.set_defaults(func=cmd_grade)
     return parser
 
 

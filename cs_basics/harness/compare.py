@@ -18,8 +18,18 @@ class Tolerance:
     rtol: float
 
 
+@dataclass(frozen=True)
+class Foreign:
+    """A non-tensor value that a graded child process returned, known only by its description."""
+
+    description: str
+    sequence: str = ""  # "tuple" or "list" when it was one
+
+
 def describe(value: object) -> str:
     """A short description of a value: shape, dtype and device for tensors."""
+    if isinstance(value, Foreign):
+        return value.description
     if isinstance(value, torch.Tensor):
         return f"Tensor(shape={tuple(value.shape)}, dtype={value.dtype}, device={value.device.type})"
     if isinstance(value, tuple | list):
@@ -43,7 +53,8 @@ def mismatch(
     `dtype` / `device`, when given, are what `actual` itself must have.
     """
     if not isinstance(actual, torch.Tensor):
-        hint = " (return only the output tensor, not a tuple)" if isinstance(actual, tuple | list) else ""
+        sequence = isinstance(actual, tuple | list) or (isinstance(actual, Foreign) and actual.sequence)
+        hint = " (return only the output tensor, not a tuple)" if sequence else ""
         return f"{key}: expected a torch.Tensor, got {describe(actual)}{hint}"
     if tuple(actual.shape) != tuple(expected.shape):
         return f"{key}: shape mismatch: expected {tuple(expected.shape)}, got {tuple(actual.shape)}"

@@ -1,0 +1,205 @@
+"""Grade one submission: stage it, run its code in a child, check every case here, score.
+
+The grading process never imports student code: it reads the submission's files (to stage
+them and to apply the from-scratch rule to their syntax trees), hands the child only each
+case's inputs, and compares what comes back with expected values the child cannot read.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+
+from cs_basics.harness.cases import Case, run_check
+from cs_basics.harness.config import Assignment
+from cs_basics.harness.sandbox import CaseRun, Job, Limits, run_cases
+from cs_basics.harness.scan import Use, forbidden_uses
+
+SUBMISSION_BYTES_LIMIT = 64 << 20
+UID_BASE = 61000  # the child's uid when the grader is root: one per grading process, no login
+
+
+class GradingError(Exception):
+    """Grading cannot be trusted (altered fixtures, a broken course set-up): the staff must act."""
+
+
+@dataclass
+class TestResult:
+    case: Case
+    max_score: float
+    passed: bool
+    output: str
+    seconds: float = 0.0
+
+    @property
+    def score(self) -> float:
+        return self.max_score if self.passed else 0.0
+
+
+@dataclass
+class Grade:
+    tests: list[TestResult]
+    execution_time: float
+    output: str = ""
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def score(self) -> float:
+        return sum(t.score for t in self.tests)
+
+    @property
+    def max_score(self) -> float:
+        return sum(t.max_score for t in self.tests)
+
+
+def student_files(assignment: Assignment, code: Path) -> list[Path]:
+    """The submission's own Python files in the staged code (the staff's overlay excluded)."""
+    staff = [code / p for p in assignment.staff_code]
+    return [
+        p
+        for rel in assignment.student_code
+        for p in ([code / rel] if (code / rel).is_file() else (code / rel).rglob("*.py"))
+        if p.is_file() and not p.is_symlink() and not any(p == s or p.is_relative_to(s) for s in staff)
+    ]
+
+
+def copy_regular(src: Path, dst: Path, budget: list[int]) -> None:
+    """Copy files and folders only: links, FIFOs and devices in a submission are skipped."""
+    if src.is_symlink():
+        return
+    if src.is_dir():
+        dst.mkdir(parents=True, exist_ok=True)
+        for child in src.iterdir():
+            if child.name != "__pycache__":
+                copy_regular(child, dst / child.name, budget)
+    elif src.is_file():
+        budget[0] -= src.stat().st_size
+        if budget[0] < 0:
+            raise ValueError(f"the submission is larger than {SUBMISSION_BYTES_LIMIT >> 20} MiB")
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, dst)
+
+
+def module_package(assignment: Assignment, module: str) -> Path:
+    return assignment.root / module.split(".")[0]
+
+
+def stage(assignment: Assignment, submission: Path, code: Path) -> None:
+    """The submission's student code, the staff's harness over it, and the course's test modules."""
+    budget = [SUBMISSION_BYTES_LIMIT]
+    for rel in assignment.student_code:
+        copy_regular(submission / rel, code / rel, budget)
+    for rel in assignment.staff_code:
+        shutil.rmtree(code / rel, ignore_errors=True) if (code / rel).is_dir() else (code / rel).unlink(missing_ok=True)
+        copy_regular(assignment.root / rel, code / rel, [1 << 40])
+    for module in case_modules(assignment) + [assignment.table.get("adapters", "tests.adapters")]:
+        package = module_package(assignment, module)
+        for source in package.rglob("*.py"):  # code only: never a fixture
+            target = code / source.relative_to(assignment.root)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, target)
+
+
+def case_modules(assignment: Assignment) -> list[str]:
+    modules = [assignment.table.get("cases", "tests.cases")]
+    if assignment.hidden_dir is not None:
+        modules.append(f"{assignment.hidden_dir.name}.cases")
+    return modules
+
+
+def child_uid() -> int | None:
+    """As root, the child runs under a uid of its own (no other process has it)."""
+    return UID_BASE + os.getpid() % 4000 if os.geteuid() == 0 else None
+
+
+def protect_hidden(assignment: Assignment) -> str | None:
+    """As root, make the hidden folder unreadable to the child's uid (git keeps no folder modes)."""
+    folder = assignment.hidden_dir
+    if folder is None or os.geteuid() != 0 or not folder.stat().st_mode & 0o077:
+        return None
+    folder.chmod(0o700)
+    return f"made {folder} private (mode 700) so the submission cannot read the hidden expected values"
+
+
+def chown_tree(root: Path, uid: int) -> None:
+    for folder, dirs, files in os.walk(root):
+        for name in [folder, *(os.path.join(folder, n) for n in dirs + files)]:
+            os.chown(name, uid, uid, follow_symlinks=False)
+
+
+def violations(assignment: Assignment, code: Path) -> dict[str, list[Use]]:
+    files = student_files(assignment, code)
+    return {name: forbidden_uses(code, files, p.forbidden) for name, p in assignment.problems.items() if p.forbidden}
+
+
+def run_submission(assignment: Assignment, submission: Path, cases: list[Case], device: torch.device, limits: Limits):
+    """Stage, scan and run; return (the child's runs by case id, the forbidden uses, the child's output, notes)."""
+    notes = [n for n in [protect_hidden(assignment)] if n]
+    with tempfile.TemporaryDirectory(prefix="cs-basics-grade-") as tmp:
+        root = Path(tmp)
+        for folder in ("code", "inputs", "out", "work"):
+            (root / folder).mkdir()
+        stage(assignment, submission, root / "code")
+        found = violations(assignment, root / "code")
+        to_run = [c for c in cases if not found.get(c.problem)]
+        for case in to_run:
+            save_file(assignment.store_for(case).load(case.id)[0], str(root / "inputs" / f"{case.id}.safetensors"))
+        uid = child_uid()
+        if uid is not None:
+            chown_tree(root, uid)
+        job = Job(
+            root=root,
+            repo=assignment.root,
+            adapters=assignment.table.get("adapters", "tests.adapters"),
+            case_modules=case_modules(assignment),
+            student_packages=sorted({Path(p).parts[0].removesuffix(".py") for p in assignment.student_code}),
+            device=str(device),
+            uid=uid,
+        )
+        runs, log = run_cases(job, [c.id for c in to_run], limits) if to_run else ({}, "")
+    return runs, found, log, notes
+
+
+def verdict(assignment: Assignment, case: Case, run: CaseRun, device: torch.device) -> tuple[bool, str]:
+    if run.error is not None:
+        return False, run.error
+    inputs, expected = assignment.store_for(case).load(case.id)
+    try:
+        run_check(case, inputs, expected, run.outputs or {}, device)
+    except AssertionError as err:
+        return False, str(err)
+    except Exception as err:  # an output so odd that the check itself could not read it
+        return False, f"{case.id}: your output could not be checked ({type(err).__name__}: {err})"
+    return True, "passed"
+
+
+def grade(assignment: Assignment, submission: Path, device: torch.device, limits: Limits | None = None) -> Grade:
+    start = time.monotonic()
+    problems = assignment.fixture_problems()
+    if problems:
+        raise GradingError("the course's fixtures fail their checks:\n" + "\n".join(problems))
+    if assignment.table.get("hidden") and assignment.hidden_dir is None:
+        raise GradingError(f"[tool.cs-basics] names hidden cases, but {assignment.root} has no hidden folder")
+    cases = assignment.cases
+    for case in cases:  # loads and verifies every fixture before any student code runs
+        assignment.store_for(case).load(case.id)
+    runs, found, log, notes = run_submission(assignment, submission, cases, device, limits or Limits())
+    tests = []
+    for case in cases:
+        uses = found.get(case.problem)
+        if uses:
+            names = "; ".join(str(u) for u in uses)
+            message = f"0 points for {case.problem}: it must be written from scratch, but the code uses {names}"
+            tests.append(TestResult(case, assignment.points[case.id], False, message))
+            continue
+        run = runs[case.id]
+        passed, message = verdict(assignment, case, run, device)
+        tests.append(TestResult(case, assignment.points[case.id], passed, message, run.seconds))
+    return Grade(tests, time.monotonic() - start, output=log, notes=notes)

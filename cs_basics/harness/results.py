@@ -1,0 +1,108 @@
+"""Grades as Gradescope's results.json, and as a table for people.
+
+The format is Gradescope's autograder specification: top-level `score`, `execution_time`,
+`output`, `visibility`, `stdout_visibility` and `tests`, each test with `name`, `score`,
+`max_score`, `status`, `output`, `visibility` and `tags`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from cs_basics.harness.config import Assignment
+from cs_basics.harness.grading import Grade
+
+OUTPUT_LIMIT = 8000  # characters of output per test
+
+
+def test_name(case) -> str:
+    return f"{case.test}[{case.param}]"
+
+
+def results_json(grade: Grade) -> dict:
+    tests = [
+        {
+            "name": test_name(t.case),
+            "score": round(t.score, 6),
+            "max_score": round(t.max_score, 6),
+            "status": "passed" if t.passed else "failed",
+            "output": t.output[:OUTPUT_LIMIT],
+            "visibility": "after_published" if t.case.hidden else "visible",
+            "tags": [t.case.problem],
+        }
+        for t in grade.tests
+    ]
+    output = []
+    if grade.output.strip():
+        output.append("What your code printed (cut to the first part):\n" + grade.output)
+    return {
+        "score": round(grade.score, 6),
+        "execution_time": round(grade.execution_time, 3),
+        "output": "\n\n".join(output),
+        "visibility": "visible",
+        "stdout_visibility": "hidden",
+        "tests": tests,
+    }
+
+
+def placeholder(assignment: Assignment, why: str) -> dict:
+    """What the results file says until grading finishes: every test at 0."""
+    return {
+        "score": 0.0,
+        "execution_time": 0.0,
+        "output": why,
+        "visibility": "visible",
+        "stdout_visibility": "hidden",
+        "tests": [
+            {
+                "name": test_name(case),
+                "score": 0.0,
+                "max_score": round(assignment.points[case.id], 6),
+                "status": "failed",
+                "output": why,
+                "visibility": "after_published" if case.hidden else "visible",
+                "tags": [case.problem],
+            }
+            for case in assignment.cases
+        ],
+    }
+
+
+def write_results(path: Path, data: dict) -> None:
+    """Atomically: a fresh file in the same folder (never one that already exists), then a rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        json.dump(data, f, indent=2)
+        f.write("\n")
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
+
+
+def print_table(grade: Grade, console: Console | None = None) -> None:
+    """Each test's points, grouped by problem, with each problem's total and the grand total."""
+    console = console or Console()
+    table = Table(title="cs-basics grade")
+    table.add_column("test", no_wrap=True)
+    table.add_column("points", justify="right")
+    table.add_column("")
+    for problem in dict.fromkeys(t.case.problem for t in grade.tests):
+        tests = [t for t in grade.tests if t.case.problem == problem]
+        for t in tests:
+            mark = "[green]passed[/]" if t.passed else "[red]failed[/]"
+            hidden = " (hidden)" if t.case.hidden else ""
+            table.add_row(test_name(t.case) + hidden, f"{t.score:.3g}/{t.max_score:.3g}", mark)
+        score, most = sum(t.score for t in tests), sum(t.max_score for t in tests)
+        table.add_row(f"[bold]{problem}[/]", f"[bold]{score:.3g}/{most:.3g}[/]", "", end_section=True)
+    table.add_row("[bold]total[/]", f"[bold]{grade.score:.3g}/{grade.max_score:.3g}[/]", "")
+    console.print(table)
+    for t in grade.tests:
+        if not t.passed and not t.case.hidden:
+            console.print(f"[red]{test_name(t.case)}[/]: {t.output.splitlines()[0] if t.output else ''}")
