@@ -99,7 +99,7 @@ def stage(assignment: Assignment, submission: Path, code: Path) -> None:
     for rel in assignment.staff_code:
         shutil.rmtree(code / rel, ignore_errors=True) if (code / rel).is_dir() else (code / rel).unlink(missing_ok=True)
         copy_regular(assignment.root / rel, code / rel, [1 << 40])
-    for module in case_modules(assignment) + [assignment.table.get("adapters", "tests.adapters")]:
+    for module in [*case_modules(assignment), assignment.table.get("adapters", "tests.adapters")]:
         package = module_package(assignment, module)
         for source in package.rglob("*.py"):  # code only: never a fixture
             target = code / source.relative_to(assignment.root)

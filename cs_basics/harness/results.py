@@ -74,16 +74,19 @@ def placeholder(assignment: Assignment, why: str) -> dict:
     }
 
 
-def write_results(path: Path, data: dict) -> None:
-    """Atomically: a fresh file in the same folder (never one that already exists), then a rename."""
+def write_atomic(path: Path, text: str) -> None:
+    """A fresh file in the same folder (never one that already exists), then a rename over `path`."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     with os.fdopen(fd, "w") as f:
-        json.dump(data, f, indent=2)
-        f.write("\n")
+        f.write(text)
     os.chmod(tmp, 0o644)
     os.replace(tmp, path)
+
+
+def write_results(path: Path, data: dict) -> None:
+    write_atomic(path, json.dumps(data, indent=2) + "\n")
 
 
 def print_table(grade: Grade, console: Console | None = None) -> None:
