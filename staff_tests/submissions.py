@@ -1,0 +1,64 @@
+"""Build student submissions in temporary folders and grade them, for the grading tests."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import textwrap
+from pathlib import Path
+
+import torch
+
+from cs_basics.harness.grading import Grade, grade
+from cs_basics.harness.sandbox import Limits
+
+ROOT = Path(__file__).resolve().parents[1]
+FUNCTIONAL = Path("cs_basics/nn/functional.py")
+
+
+def submission(tmp: Path, append: str = "", replace: dict[str, str] | None = None, name: str = "student") -> Path:
+    """A copy of the reference package, with `functional.py` edited: `replace` old->new, then `append`."""
+    folder = tmp / name
+    shutil.copytree(ROOT / "cs_basics", folder / "cs_basics", ignore=shutil.ignore_patterns("__pycache__"))
+    path = folder / FUNCTIONAL
+    text = path.read_text()
+    for old, new in (replace or {}).items():
+        assert old in text, old
+        text = text.replace(old, new)
+    path.write_text(text + "\n" + textwrap.dedent(append))
+    return folder
+
+
+def wrap_attention(body: str) -> str:
+    """Append a scaled_dot_product_attention that runs `body` (which may return) before the reference."""
+    return (
+        "_reference_attention = scaled_dot_product_attention\n\n\n"
+        "def scaled_dot_product_attention(Q, K, V, mask=None):\n"
+        + textwrap.indent(textwrap.dedent(body), "    ")
+        + "\n    return _reference_attention(Q, K, V, mask)\n"
+    )
+
+
+def run(assignment, folder: Path, **limits) -> Grade:
+    return grade(assignment, folder, torch.device("cpu"), Limits(**limits))
+
+
+def scores(result: Grade) -> dict[str, float]:
+    by_problem: dict[str, float] = {}
+    for t in result.tests:
+        by_problem[t.case.problem] = by_problem.get(t.case.problem, 0.0) + t.score
+    return by_problem
+
+
+def outputs_of(result: Grade, problem: str | None = None) -> list[str]:
+    return [t.output for t in result.tests if problem in (None, t.case.problem)]
+
+
+def fingerprint(*folders: Path) -> dict[str, str]:
+    """Every file's SHA-256 under the folders: the course's files, to compare before and after."""
+    return {
+        str(p): hashlib.sha256(p.read_bytes()).hexdigest()
+        for folder in folders
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and "__pycache__" not in p.parts
+    }

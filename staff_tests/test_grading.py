@@ -1,0 +1,202 @@
+"""cs-basics grade on submissions that fail in every way a student's can: exact scores and messages."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from cs_basics.harness.results import results_json
+
+from .submissions import ROOT, outputs_of, run, scores, submission, wrap_attention
+
+ATTENTION, SOFTMAX = "scaled_dot_product_attention", "softmax"
+
+
+def test_the_reference_gets_full_marks_and_public_and_hidden_tests_are_listed(assignment, tmp_path):
+    result = run(assignment, submission(tmp_path))
+    assert scores(result) == pytest.approx({SOFTMAX: 1.0, ATTENTION: 5.0})
+    assert all(t.passed for t in result.tests)
+    assert {t.case.hidden for t in result.tests} == {True, False}
+
+
+@pytest.mark.parametrize(
+    ("edit", "says"),
+    [
+        ({"def softmax(": "def softmax(:"}, "SyntaxError"),
+        ({"import math\n": "import math\nimport numpyy\n"}, "ModuleNotFoundError: No module named 'numpyy'"),
+        ({"    # BEGIN SOLUTION\n    x_max": "    raise NotImplementedError\n    x_max"}, "NotImplementedError"),
+    ],
+    ids=["syntax_error", "import_error", "stub"],
+)
+def test_code_that_does_not_import_or_run_scores_zero_and_says_why(assignment, tmp_path, edit, says):
+    result = run(assignment, submission(tmp_path, replace=edit))
+    assert result.score == 0
+    assert all(says in out for out in outputs_of(result, SOFTMAX))
+
+
+def test_attention_that_raises_loses_only_attention(assignment, tmp_path):
+    result = run(assignment, submission(tmp_path, wrap_attention("raise RuntimeError('boom')")))
+    assert scores(result) == pytest.approx({SOFTMAX: 1.0, ATTENTION: 0.0})
+    assert all("your code raised RuntimeError: boom" in out for out in outputs_of(result, ATTENTION))
+
+
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        ("return _reference_attention(Q, K, V, mask), None", "not a tuple"),
+        ("return _reference_attention(Q.double(), K.double(), V.double(), mask)", "dtype mismatch"),
+        ("return _reference_attention(Q, K, V, mask)[..., :1, :]", "shape mismatch"),
+    ],
+    ids=["tuple", "dtype", "shape"],
+)
+def test_wrong_kind_of_output_fails_with_what_was_returned(assignment, tmp_path, body, says):
+    result = run(assignment, submission(tmp_path, wrap_attention(body)))
+    assert scores(result)[ATTENTION] < 1.0 and scores(result)[SOFTMAX] == pytest.approx(1.0)
+    assert any(says in out for out in outputs_of(result, ATTENTION))
+
+
+def test_an_endless_loop_fails_that_case_only(assignment, tmp_path):
+    loop = "while Q.shape == (2, 10, 16):\n    pass"  # the 3D causal_mask case alone
+    result = run(assignment, submission(tmp_path, wrap_attention(loop)), case_seconds=3)
+    failed = [t for t in result.tests if not t.passed]
+    assert [t.case.id for t in failed] == ["scaled_dot_product_attention-causal_mask"]
+    assert "time limit of 3 s" in failed[0].output
+
+
+def test_killing_its_own_interpreter_fails_that_case_only(assignment, tmp_path):
+    kill = "import os, signal\nif Q.shape == (2, 10, 16):\n    os.kill(os.getpid(), signal.SIGKILL)"
+    result = run(assignment, submission(tmp_path, wrap_attention(kill)))
+    failed = [t for t in result.tests if not t.passed]
+    assert [t.case.id for t in failed] == ["scaled_dot_product_attention-causal_mask"]
+    assert "killed by signal SIGKILL" in failed[0].output
+
+
+@pytest.mark.parametrize(
+    ("code", "zeroed", "named"),
+    [
+        (
+            "import torch.nn.functional as F\n" + wrap_attention("return F.scaled_dot_product_attention(Q, K, V)"),
+            {ATTENTION},
+            "torch.nn.functional.scaled_dot_product_attention at cs_basics/nn/functional.py:",
+        ),
+        (
+            "from torch import softmax as s\n\n\ndef softmax(x, dim):\n    return s(x, dim)\n",
+            {ATTENTION, SOFTMAX},
+            "torch.softmax",
+        ),
+        ("\n\ndef softmax(x, dim):\n    return x.softmax(dim)\n", {ATTENTION, SOFTMAX}, "Tensor.softmax"),
+        (
+            "import torch\n\n\ndef softmax(x, dim):\n    return getattr(torch, 'softmax')(x, dim)\n",
+            {ATTENTION, SOFTMAX},
+            "",
+        ),
+        ("from torch import nn\n\n\ndef softmax(x, dim):\n    return nn.Softmax(dim)(x)\n", {ATTENTION, SOFTMAX}, ""),
+    ],
+    ids=["F_alias", "from_import_alias", "tensor_method", "getattr", "module_alias"],
+)
+def test_torch_builtins_zero_the_problem_and_name_the_call_and_line(assignment, tmp_path, code, zeroed, named):
+    result = run(assignment, submission(tmp_path, code))
+    for problem, score in scores(result).items():
+        assert (score == 0) == (problem in zeroed), problem
+    messages = outputs_of(result, ATTENTION)
+    assert all("must be written from scratch" in m and named in m for m in messages)
+
+
+def test_the_submissions_tests_and_config_are_never_used(assignment, tmp_path):
+    """A stub whose own adapters, conftest and pyproject would pass everything still gets 0."""
+    folder = submission(
+        tmp_path, replace={"    # BEGIN SOLUTION\n    x_max": "    raise NotImplementedError\n    x_max"}
+    )
+    (folder / "tests").mkdir()
+    (folder / "tests" / "adapters.py").write_text(
+        "import torch\n\ndef run_softmax(in_features, dim):\n    return torch.softmax(in_features, dim)\n"
+    )
+    (folder / "conftest.py").write_text("def pytest_runtest_makereport(item, call):\n    pass\n")
+    (folder / "pyproject.toml").write_text('[tool.cs-basics]\ncases = "nothing"\n')
+    assert scores(run(assignment, folder))[SOFTMAX] == 0
+
+
+def test_a_submission_without_the_package_scores_zero(assignment, tmp_path):
+    (tmp_path / "empty").mkdir()
+    result = run(assignment, tmp_path / "empty")
+    assert result.score == 0
+    assert "failed to import" in result.tests[0].output
+
+
+def test_answers_looked_up_in_the_public_fixtures_miss_the_hidden_points(assignment, tmp_path):
+    lookup = f"""
+    import pathlib
+    from safetensors.torch import load_file
+    _answers = []
+    for _folder in ({str(ROOT / "fixtures")!r}, {str(ROOT / "hidden" / "fixtures")!r}):
+        try:
+            _answers += [load_file(str(p)) for p in pathlib.Path(_folder).glob("*.safetensors")]
+        except OSError:  # the hidden folder is private to the grader when it runs as root
+            pass
+
+
+    def _look_up(name, x):
+        for t in _answers:
+            if name in t and t[name].shape == x.shape and torch.equal(t[name].to(x.dtype), x.detach().cpu()):
+                return t["expected.out"].to(x.dtype)
+        return torch.zeros(1)
+
+
+    def softmax(in_features, dim):
+        return _look_up("input.x", in_features)
+
+
+    def scaled_dot_product_attention(Q, K, V, mask=None):
+        return _look_up("input.Q", Q)
+    """
+    result = run(assignment, submission(tmp_path, lookup))
+    public = sum(t.max_score for t in result.tests if not t.case.hidden)
+    assert 0 < result.score < public + 1e-9 < assignment_total(assignment)
+    assert not any(t.passed for t in result.tests if t.case.hidden)
+
+
+def assignment_total(assignment):
+    return sum(p.points for p in assignment.problems.values())
+
+
+def test_results_file_has_gradescopes_fields_and_types(assignment, tmp_path):
+    result = run(assignment, submission(tmp_path, wrap_attention("raise RuntimeError('boom')")))
+    data = json.loads(json.dumps(results_json(result)))
+    assert isinstance(data["score"], float) and isinstance(data["execution_time"], float)
+    assert data["visibility"] in ("hidden", "after_due_date", "after_published", "visible")
+    for test in data["tests"]:
+        assert set(test) == {"name", "score", "max_score", "status", "output", "visibility", "tags"}
+        assert isinstance(test["name"], str) and isinstance(test["output"], str)
+        assert isinstance(test["score"], float) and isinstance(test["max_score"], float)
+        assert test["status"] in ("passed", "failed") and test["tags"] in ([SOFTMAX], [ATTENTION])
+        assert test["visibility"] == ("after_published" if "hidden" in test["name"] else "visible")
+    assert data["score"] == pytest.approx(sum(t["score"] for t in data["tests"])) == pytest.approx(1.0)
+
+
+def test_the_command_grades_this_checkout_and_exits_zero_for_any_score(tmp_path):
+    results = tmp_path / "results.json"
+    command = [sys.executable, "-m", "cs_basics.cli", "grade", "--results", str(results)]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert "total" in done.stdout and "6/6" in done.stdout
+    assert json.loads(results.read_text())["score"] == pytest.approx(6.0)
+    broken = submission(tmp_path, wrap_attention("raise RuntimeError('boom')"))
+    done = subprocess.run(
+        [*command, "--submission", str(broken)], cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(results.read_text())["score"] == pytest.approx(1.0)
+
+
+def test_a_folder_of_submissions_is_graded_into_one_file_each_and_a_csv(tmp_path):
+    folder = tmp_path / "submissions"
+    submission(folder, name="alice")
+    submission(folder, wrap_attention("raise RuntimeError('boom')"), name="bob")
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "cs_basics.cli", "grade", "--submission", str(folder), "--results", str(out)]
+    done = subprocess.run([*command, "--workers", "2"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    lines = (out / "scores.csv").read_text().splitlines()
+    assert lines == ["submission,score,max_score,error", "alice,6.0,6.0,", "bob,1.0,6.0,"]
+    assert json.loads((out / "bob.json").read_text())["score"] == pytest.approx(1.0)
