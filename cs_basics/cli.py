@@ -31,6 +31,38 @@ def cmd_grade(args: argparse.Namespace) -> int:
     return grade_one(assignment, submission, args.results or Path("results.json"), args.device, limits_from(args))
 
 
+def cmd_handout(args: argparse.Namespace) -> int:
+    from cs_basics.harness import handout
+    from cs_basics.harness.config import Assignment
+
+    assignment = Assignment.find(args.project)
+    out = args.out.resolve()
+    try:
+        removed = handout.build(assignment, out)
+    except handout.HandoutError as err:
+        print(f"cs-basics handout: {err}", file=sys.stderr)
+        return 2
+    print(f"wrote the handout to {out} ({len(removed)} solution lines cut)")
+    if args.no_check:
+        return 0
+    print("checking it: no solution line, `uv run pytest` fails every graded test, grades 0 and 6 ...")
+    problems = handout.check(assignment, out, removed)
+    for problem in problems:
+        print(f"cs-basics handout: {problem}", file=sys.stderr)
+    print("the handout checks out" if not problems else f"{len(problems)} problems with the handout")
+    return 1 if problems else 0
+
+
+def cmd_autograder(args: argparse.Namespace) -> int:
+    from cs_basics.harness import bundle
+    from cs_basics.harness.config import Assignment
+
+    assignment = Assignment.find(args.project)
+    names = bundle.build(assignment, args.out)
+    print(f"wrote {args.out}: setup.sh, run_autograder and {len(names) - 2} course files")
+    return 0
+
+
 def add_grade_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default=None, help="cuda, mps or cpu (default: the best present)")
     parser.add_argument("--case-seconds", type=float, default=60.0, help="time limit per test case (default 60)")
@@ -55,6 +87,17 @@ def build_parser() -> argparse.ArgumentParser:
     grade.add_argument("--project", **project)
     add_grade_options(grade)
     grade.set_defaults(func=cmd_grade)
+
+    handout = sub.add_parser("handout", help="cut the student handout from this solution repository, and check it")
+    handout.add_argument("out", type=Path, help="a new folder for the handout")
+    handout.add_argument("--no-check", action="store_true", help="skip the checks (uv run pytest, grading)")
+    handout.add_argument("--project", **project)
+    handout.set_defaults(func=cmd_handout)
+
+    autograder = sub.add_parser("autograder", help="build the Gradescope autograder zip")
+    autograder.add_argument("out", type=Path, help="the zip to write, e.g. autograder.zip")
+    autograder.add_argument("--project", **project)
+    autograder.set_defaults(func=cmd_autograder)
     return parser
 
 

@@ -114,7 +114,7 @@ class FixtureStore:
         self._manifest = None
 
     def _fix(self) -> str:
-        return f"restore it with `git checkout -- {self.root.name}` or regenerate with `{REGENERATE}`"
+        return f"restore it with `git checkout -- {self.root}` or regenerate with `{REGENERATE}`"
 
 
 def _write_atomic(path: Path, data: bytes) -> None:

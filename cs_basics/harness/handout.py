@@ -1,0 +1,182 @@
+"""Cut the student handout from the solution repository, and check the cut.
+
+Solution regions are marked in the student's files:
+
+    def softmax(in_features, dim):
+        \"\"\"docstring stays\"\"\"
+        # BEGIN SOLUTION
+        ...                      <- becomes `raise NotImplementedError`
+        # END SOLUTION
+
+A region at the top level of a module (a helper of the solution) is removed whole. The
+hidden cases and the paths in `handout_exclude` are left out.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import torch
+
+from cs_basics.harness.config import Assignment
+from cs_basics.harness.grading import grade, student_files
+
+BEGIN, END = "# BEGIN SOLUTION", "# END SOLUTION"
+ALWAYS_LEFT_OUT = {".git", ".venv", "__pycache__", ".pytest_cache", ".ruff_cache", "results", "results.json"}
+
+
+class HandoutError(Exception):
+    pass
+
+
+def cut(source: str, name: str = "<file>") -> tuple[str, list[str]]:
+    """(the handout text, the solution lines removed)."""
+    out, removed, indent = [], [], None
+    for number, line in enumerate(source.splitlines(keepends=True), 1):
+        stripped = line.strip()
+        if stripped == BEGIN:
+            if indent is not None:
+                raise HandoutError(f"{name}:{number}: {BEGIN} inside another solution region")
+            indent = line[: len(line) - len(line.lstrip())]
+            if indent:
+                out.append(f"{indent}raise NotImplementedError\n")
+        elif stripped == END:
+            if indent is None:
+                raise HandoutError(f"{name}:{number}: {END} without {BEGIN}")
+            indent = None
+        elif indent is not None:
+            removed.append(line)
+        else:
+            out.append(line)
+    if indent is not None:
+        raise HandoutError(f"{name}: {BEGIN} is never closed")
+    return re.sub(r"\n{3,}(?=\Z|\S)", "\n\n\n", "".join(out)).rstrip("\n") + "\n", removed
+
+
+def repository_files(root: Path) -> list[Path]:
+    """The files git tracks (or every file, outside a git checkout), relative to the root."""
+    try:
+        listed = subprocess.run(
+            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            cwd=root,
+            capture_output=True,
+            check=True,
+        )
+        return [Path(p) for p in listed.stdout.decode().split("\0") if p]
+    except (OSError, subprocess.CalledProcessError):
+        return [p.relative_to(root) for p in root.rglob("*") if p.is_file()]
+
+
+def left_out(assignment: Assignment, path: Path) -> bool:
+    excluded = {*assignment.handout_exclude, *([assignment.table["hidden"]] if "hidden" in assignment.table else [])}
+    return bool(ALWAYS_LEFT_OUT & set(path.parts)) or any(path == Path(e) or path.is_relative_to(e) for e in excluded)
+
+
+def handout_pyproject(text: str, assignment: Assignment) -> str:
+    """The staff-only keys out: the hidden folder, and test paths the handout does not have."""
+    text = re.sub(r"(?m)^hidden\s*=.*\n", "", text)
+    gone = {*assignment.handout_exclude, assignment.table.get("hidden", "")}
+    return re.sub(
+        r"(?m)^testpaths\s*=\s*\[(.*)\]",
+        lambda m: "testpaths = [" + ", ".join(p for p in m.group(1).split(", ") if p.strip("\"'") not in gone) + "]",
+        text,
+    )
+
+
+def build(assignment: Assignment, out: Path) -> list[str]:
+    """Write the handout to `out` (which must not exist); return the solution lines cut."""
+    if out.exists():
+        raise HandoutError(f"{out} already exists; choose a new folder")
+    students = {p.relative_to(assignment.root) for p in student_files(assignment, assignment.root)}
+    removed: list[str] = []
+    for rel in repository_files(assignment.root):
+        if left_out(assignment, rel) or not (assignment.root / rel).is_file():
+            continue
+        target = out / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        text = None
+        if rel in students:
+            text, cut_lines = cut((assignment.root / rel).read_text(), str(rel))
+            removed += cut_lines
+        elif rel == Path("pyproject.toml"):
+            text = handout_pyproject((assignment.root / rel).read_text(), assignment)
+        if text is None:
+            shutil.copy2(assignment.root / rel, target)
+        else:
+            target.write_text(text)
+    return removed
+
+
+def check(assignment: Assignment, out: Path, removed: list[str]) -> list[str]:
+    """What is wrong with the handout at `out`; empty when it is right."""
+    problems = leaked_solution(assignment, out, removed)
+    if assignment.hidden_dir and any(
+        p.is_relative_to(out / assignment.hidden_dir.name) for p in out.rglob("*") if p.is_file()
+    ):
+        problems.append("the hidden cases are in the handout")
+    problems += check_pytest(out)
+    device = torch.device("cpu")
+    handout_grade = grade(assignment, out, device)
+    if handout_grade.score != 0:
+        problems.append(f"grading the handout gives {handout_grade.score:.3g}, not 0")
+    solution_grade = grade(assignment, assignment.root, device)
+    if abs(solution_grade.score - solution_grade.max_score) > 1e-9:
+        problems.append(f"grading the solution gives {solution_grade.score:.3g}/{solution_grade.max_score:.3g}")
+    return problems
+
+
+def code_lines(text: str) -> list[str]:
+    return [s for s in (line.strip() for line in text.splitlines()) if s and not s.startswith("#")]
+
+
+def leaked_solution(assignment: Assignment, out: Path, removed: list[str]) -> list[str]:
+    """Any cut line left in the student's files, or any three cut lines in a row anywhere else
+    (generic single lines, `raise ValueError(`, also occur in the harness)."""
+    cut_lines = code_lines("".join(removed))
+    runs = {tuple(cut_lines[i : i + 3]) for i in range(len(cut_lines) - 2)}
+    students = {out / p.relative_to(assignment.root) for p in student_files(assignment, assignment.root)}
+    problems = []
+    for path in sorted(out.rglob("*.py")):
+        lines = code_lines(path.read_text(errors="replace"))
+        if path in students:
+            leaked = sorted(set(lines) & set(cut_lines))
+        else:
+            leaked = [" / ".join(lines[i : i + 3]) for i in range(len(lines) - 2) if tuple(lines[i : i + 3]) in runs]
+        problems += [f"solution code {line!r} appears in {path.relative_to(out)}" for line in leaked]
+    return problems
+
+
+def check_pytest(out: Path) -> list[str]:
+    """`uv run pytest` in the handout: it runs, and every graded test fails with NotImplementedError."""
+    uv = shutil.which("uv")
+    if uv is None:
+        return ["cannot check the handout: no `uv` on PATH (pip install uv)"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "UV_PROJECT", "CS_BASICS"))}
+    env["UV_PYTHON_DOWNLOADS"] = "never"
+    with tempfile.TemporaryDirectory() as tmp:
+        report = Path(tmp) / "report.xml"
+        command = [uv, "run", "--frozen", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}"]
+        done = subprocess.run(command, cwd=out, env=env, capture_output=True, text=True, timeout=1200)
+        if not report.is_file():
+            return [f"`uv run pytest` did not run in the handout:\n{done.stdout[-2000:]}{done.stderr[-2000:]}"]
+        cases = list(ET.parse(report).getroot().iter("testcase"))
+        graded = [c for c in cases if "[" in c.get("name", "")]
+    problems = [
+        f"{c.get('name')} fails in the handout, but it is not a graded test"
+        for c in cases
+        if c not in graded and (c.find("failure") is not None or c.find("error") is not None)
+    ]
+    if not graded:
+        problems.append("`uv run pytest` in the handout ran no graded test")
+    for case in graded:
+        failure = case.find("failure")
+        text = "" if failure is None else (failure.get("message", "") + (failure.text or ""))
+        if "NotImplementedError" not in text:
+            problems.append(f"{case.get('name')} does not fail with NotImplementedError in the handout")
+    return problems
