@@ -1,0 +1,1 @@
+"""The student's package for the multi-head self-attention assignment."""

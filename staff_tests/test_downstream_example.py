@@ -1,0 +1,135 @@
+"""The worked next assignment (examples/multihead_attention) run as a course would run it.
+
+The example is copied, with this package beside it as in a fresh clone, to a temporary folder,
+where `uv run` makes its own environment from its own uv.lock (one environment for the whole
+module: the package is installed editable, so a broken attention swapped into the copy needs no
+second one). Deselect with `-m "not slow"`.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "multihead_attention"
+IGNORE = shutil.ignore_patterns(".venv", "__pycache__", ".pytest_cache", ".ruff_cache", "*.pyc")
+# the example's declaration, read in its own environment (its `tests` package is not this one's)
+DECLARATION = """
+import json
+from cs_basics.harness.config import Assignment
+a = Assignment.find()
+print(json.dumps({"cases": [[c.test, c.param] for c in a.cases], "points": a.points}))
+"""
+
+pytestmark = pytest.mark.slow
+
+
+def uv(*args: str, cwd: Path, timeout: int = 300) -> subprocess.CompletedProcess:
+    """`uv run --locked ...` in the copy: the machine's Python (never a downloaded one), its own venv."""
+    uv_bin = shutil.which("uv")
+    assert uv_bin, "uv is not on PATH (the README's one prerequisite)"
+    drop = ("VIRTUAL_ENV", "UV_PROJECT_ENVIRONMENT", "CS_BASICS_DEVICE")
+    env = {k: v for k, v in os.environ.items() if k not in drop}
+    env |= {"UV_PYTHON_DOWNLOADS": "never", "UV_PYTHON": sys._base_executable}
+    return subprocess.run(
+        [uv_bin, "run", "--locked", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+@pytest.fixture(scope="module")
+def example(tmp_path_factory) -> Path:
+    """A copy of the example with this package at `../..`, where its path dependency points."""
+    top = tmp_path_factory.mktemp("clone")
+    shutil.copytree(ROOT / "cs_basics", top / "cs_basics", ignore=IGNORE)
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, top / name)
+    copy = top / "examples" / "multihead_attention"
+    shutil.copytree(EXAMPLE, copy, ignore=IGNORE)
+    return copy
+
+
+@pytest.fixture(scope="module")
+def declaration(example) -> dict:
+    result = uv("python", "-c", DECLARATION, cwd=example)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return json.loads(result.stdout.splitlines()[-1])
+
+
+def outcomes(stdout: str) -> dict[tuple[str, str], str]:
+    """(test, param) -> PASSED/FAILED/... from `pytest -v` lines `tests/x.py::test[param] PASSED`."""
+    found = re.findall(r"::(\w+)\[([^\]]+)\] (PASSED|FAILED|ERROR|SKIPPED)", stdout)
+    return {(test, param): outcome for test, param, outcome in found}
+
+
+def top_level_names(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    return {n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)}
+
+
+def test_nothing_of_the_harness_is_copied_into_the_example():
+    """The example enables the plugin in one line and defines none of the harness's functions or hooks."""
+    assert (EXAMPLE / "tests" / "conftest.py").read_text().strip() == (
+        'pytest_plugins = ["cs_basics.harness.pytest_plugin"]'
+    )
+    harness = set().union(*(top_level_names(p) for p in (ROOT / "cs_basics" / "harness").glob("*.py")))
+    sources = [p for p in EXAMPLE.rglob("*.py") if ".venv" not in p.relative_to(EXAMPLE).parts]
+    assert len(sources) >= 5 and "graded" in harness and "FixtureStore" in harness
+    for path in sources:
+        copied = top_level_names(path) & harness
+        assert not copied, f"{path.relative_to(ROOT)} defines the harness's {sorted(copied)}"
+    pyproject = tomllib.loads((EXAMPLE / "pyproject.toml").read_text())
+    assert pyproject["tool"]["uv"]["sources"]["cs-basics"] == {"path": "../..", "editable": True}
+
+
+def test_example_passes_its_graded_tests(example, declaration):
+    result = uv("pytest", "-v", cwd=example)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+    graded = {tuple(c) for c in declaration["cases"]}
+    assert graded, "the example declares no graded case"
+    got = outcomes(result.stdout)
+    assert set(got) == graded and set(got.values()) == {"PASSED"}, got
+    assert "test_fixtures_match_the_cases PASSED" in result.stdout
+    # the points the markers carry add up to the problems declared in the example's pyproject.toml
+    problems = tomllib.loads((example / "pyproject.toml").read_text())["tool"]["cs-basics"]["problems"]
+    assert sum(declaration["points"].values()) == pytest.approx(sum(p["points"] for p in problems.values()))
+
+
+def test_a_broken_attention_in_the_student_package_fails_the_example(example, declaration):
+    """No 1/sqrt(d_k) in cs_basics' attention: every case fails except those where it cannot show."""
+    functional = example.parents[1] / "cs_basics" / "nn" / "functional.py"
+    source = functional.read_text()
+    broken = source.replace("/ math.sqrt(d_k)", "")
+    assert broken != source, "the scale to break is no longer written `/ math.sqrt(d_k)`"
+    functional.write_text(broken)
+    try:
+        result = uv("pytest", "-v", "-m", "points", cwd=example)
+    finally:
+        functional.write_text(source)
+    assert result.returncode == 1, result.stdout[-4000:] + result.stderr[-2000:]
+    got = outcomes(result.stdout)
+    assert set(got) == {tuple(c) for c in declaration["cases"]}
+    failed = {param for (_, param), outcome in got.items() if outcome == "FAILED"}
+    # with one dimension per head the scale is 1, and with one token the softmax is 1 whatever the scores
+    assert failed == {param for _, param in got} - {"head_dim_1", "seq_len_1"}, got
+    assert "multihead_self_attention-cs336_shape: out: " in result.stdout
+    assert "rerun: uv run pytest -k 'test_multihead_self_attention and cs336_shape'" in result.stdout
+
+
+@pytest.mark.skip(reason="needs cs-basics grade")
+def test_example_grades_full_marks(example, tmp_path):
+    results = tmp_path / "results.json"
+    run = uv("cs-basics", "grade", "--results", str(results), cwd=example)
+    assert run.returncode == 0, run.stdout + run.stderr
+    declared = tomllib.loads((example / "pyproject.toml").read_text())["tool"]["cs-basics"]["problems"]
+    total = sum(p["points"] for p in declared.values())
+    assert json.loads(results.read_text())["score"] == pytest.approx(total)
