@@ -31,7 +31,7 @@ def provenance(case: Case, oracle: str = ORACLE) -> dict[str, str]:
 
 def regenerate(assignment: Assignment) -> list[str]:
     """Rewrite the fixture folder; return the case ids written."""
-oracle = assignment.table.get("oracle", ORACLE)
+    oracle = assignment.table.get("oracle", ORACLE)
     written = []
     for store, cases in assignment.stores():
         store.write_all({case.id: (fixture_tensors(case), provenance(case, oracle)) for case in cases})

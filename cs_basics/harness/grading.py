@@ -7,8 +7,10 @@ case's inputs, and compares what comes back with expected values the child canno
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -23,6 +25,7 @@ from cs_basics.harness.sandbox import CaseRun, Job, Limits, run_cases
 from cs_basics.harness.scan import Use, forbidden_uses
 
 SUBMISSION_BYTES_LIMIT = 64 << 20
+HARNESS = Path(__file__).resolve().parent  # the grader's own harness, staged over the submission's
 UID_BASE = 61000  # the child's uid when the grader is root: one per grading process, no login
 
 
@@ -91,14 +94,28 @@ def module_package(assignment: Assignment, module: str) -> Path:
     return assignment.root / module.split(".")[0]
 
 
+def student_source(assignment: Assignment, submission: Path, rel: str) -> Path:
+    """Where a student-code path comes from: the submission; when grading one's own checkout of a
+    downstream assignment, a package it does not hold (the student's cs_basics) is the installed one."""
+    path = submission / rel
+    if path.exists() or submission.resolve() != assignment.root.resolve():
+        return path
+    spec = importlib.util.find_spec(Path(rel).parts[0])
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    return Path(locations[0]).parent / rel if locations else path
+
+
 def stage(assignment: Assignment, submission: Path, code: Path) -> None:
-    """The submission's student code, the staff's harness over it, and the course's test modules."""
+    """The submission's student code, the staff's code over it (always the grader's own harness),
+    and the course's test modules."""
     budget = [SUBMISSION_BYTES_LIMIT]
     for rel in assignment.student_code:
-        copy_regular(submission / rel, code / rel, budget)
-    for rel in assignment.staff_code:
-        shutil.rmtree(code / rel, ignore_errors=True) if (code / rel).is_dir() else (code / rel).unlink(missing_ok=True)
-        copy_regular(assignment.root / rel, code / rel, [1 << 40])
+        copy_regular(student_source(assignment, submission, rel), code / rel, budget)
+    overlays = [(assignment.root / rel, code / rel) for rel in assignment.staff_code]
+    overlays.append((HARNESS, code / "cs_basics" / "harness"))
+    for source, target in overlays:
+        shutil.rmtree(target, ignore_errors=True) if target.is_dir() else target.unlink(missing_ok=True)
+        copy_regular(source, target, [1 << 40])
     for module in [*case_modules(assignment), assignment.table.get("adapters", "tests.adapters")]:
         package = module_package(assignment, module)
         for source in package.rglob("*.py"):  # code only: never a fixture
@@ -128,6 +145,19 @@ def protect_hidden(assignment: Assignment) -> str | None:
     return f"made {folder} private (mode 700) so the submission cannot read the hidden expected values"
 
 
+def check_reachable(uid: int | None) -> None:
+    """The child's uid must be able to read the Python environment (torch imports lazily)."""
+    if uid is None:
+        return
+    for folder in [Path(sys.prefix), *Path(sys.prefix).parents]:
+        if not folder.stat().st_mode & 0o001:
+            raise GradingError(
+                f"the submission's process runs as uid {uid} and cannot enter {folder} (mode "
+                f"{folder.stat().st_mode & 0o777:o}), on the way to the Python environment {sys.prefix}: "
+                "make the folders on that path world-traversable (chmod o+x), or grade as a non-root user"
+            )
+
+
 def chown_tree(root: Path, uid: int) -> None:
     for folder, dirs, files in os.walk(root):
         for name in [folder, *(os.path.join(folder, n) for n in dirs + files)]:
@@ -152,6 +182,7 @@ def run_submission(assignment: Assignment, submission: Path, cases: list[Case], 
         for case in to_run:
             save_file(assignment.store_for(case).load(case.id)[0], str(root / "inputs" / f"{case.id}.safetensors"))
         uid = child_uid()
+        check_reachable(uid)
         if uid is not None:
             chown_tree(root, uid)
         job = Job(
