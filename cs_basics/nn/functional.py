@@ -1,7 +1,7 @@
 """Softmax and scaled dot-product attention, written from scratch.
 
-This is the file students write. Everything between `# BEGIN SOLUTION` and
-`# END SOLUTION` is cut from the student handout and replaced by a stub.
+This is the file students write. In the staff's copy, the solution sits between
+BEGIN and END SOLUTION comments, which `cs-basics handout` replaces by stubs.
 """
 
 from __future__ import annotations
