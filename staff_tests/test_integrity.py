@@ -1,0 +1,207 @@
+"""Hostile submissions, one per attack: none crashes the grader, outlives it, touches the course's
+files, or raises its own score. Defences that need a root grader (the child's own uid) run when
+the tests run as root, and say so when they skip."""
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from cs_basics.harness.config import Assignment
+from cs_basics.harness.grade_command import grade_one
+from cs_basics.harness.sandbox import Limits
+
+from .submissions import ROOT, fingerprint, outputs_of, run, scores, submission, wrap_attention
+
+ATTENTION, SOFTMAX = "scaled_dot_product_attention", "softmax"
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="the child's own unprivileged uid needs a root grader")
+
+
+@pytest.fixture
+def shared_dir():
+    """A folder anyone may write: where a submission would leave traces if it could."""
+    folder = Path(tempfile.mkdtemp(prefix="cs-basics-traces-"))
+    folder.chmod(0o1777)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_daemon_started_by_the_submission_does_not_outlive_grading(assignment, tmp_path, shared_dir):
+    daemon = f"""
+    import os, time
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            with open({str(shared_dir / "pid")!r}, "w") as f:
+                f.write(str(os.getpid()))
+            time.sleep(4)
+            open({str(shared_dir / "still-alive")!r}, "w").close()
+        os._exit(0)
+    """
+    result = run(assignment, submission(tmp_path, daemon))
+    assert result.score == pytest.approx(6.0)
+    pid = int((shared_dir / "pid").read_text())
+    assert not Path(f"/proc/{pid}").exists(), f"the daemon {pid} is still running after grading"
+    time.sleep(5)
+    assert not (shared_dir / "still-alive").exists()
+
+
+def test_fake_results_printed_or_written_change_nothing(assignment, tmp_path, shared_dir):
+    results = shared_dir / "results.json"
+    fake = json.dumps({"score": 6.0, "tests": []})
+    forger = f"""
+    import pathlib
+    print({fake!r})
+    for guess in ({str(results)!r}, "results.json", "../results.json"):
+        try:
+            pathlib.Path(guess).write_text({fake!r})
+        except OSError:
+            pass
+    """
+    stub = {"    # BEGIN SOLUTION\n    x_max": "    raise NotImplementedError\n    x_max"}
+    folder = submission(tmp_path, forger, replace=stub)
+    assert grade_one(assignment, folder, results, "cpu", Limits(), quiet=True) == 0
+    data = json.loads(results.read_text())
+    assert data["score"] == 0 and len(data["tests"]) == len(assignment.cases)
+    assert '"score": 6.0' in data["output"]  # what it printed is shown, and counts for nothing
+
+
+@pytest.mark.parametrize(
+    ("code", "says"),
+    [
+        ("import os\nos._exit(0)\n", "exited with status 0 before it ran"),
+        ("import sys\nsys.exit(0)\n", "SystemExit"),
+        ("raise KeyboardInterrupt\n", "KeyboardInterrupt"),
+    ],
+    ids=["os_exit_0", "sys_exit_0", "keyboard_interrupt"],
+)
+def test_leaving_early_at_import_scores_zero(assignment, tmp_path, code, says):
+    result = run(assignment, submission(tmp_path, code))
+    assert result.score == 0
+    assert all(says in out for out in outputs_of(result))
+
+
+@pytest.mark.parametrize("exception", ["SystemExit(0)", "KeyboardInterrupt()"])
+def test_leaving_early_inside_a_case_fails_that_case_and_grading_goes_on(assignment, tmp_path, exception):
+    result = run(assignment, submission(tmp_path, wrap_attention(f"raise {exception}")))
+    assert scores(result) == pytest.approx({SOFTMAX: 1.0, ATTENTION: 0.0})
+
+
+def test_patching_torch_and_pytest_in_its_own_process_gains_nothing(assignment, tmp_path):
+    """It can only change its own process: the comparison happens in the grader."""
+    patcher = """
+    import pytest, torch
+    torch.equal = torch.allclose = lambda *a, **k: True
+    torch.Tensor.__sub__ = lambda self, other: torch.zeros_like(self)
+    pytest.fail = lambda *a, **k: None
+
+
+    def softmax(in_features, dim):
+        return torch.zeros_like(in_features)
+    """
+    folder = submission(tmp_path, patcher)
+    (folder / "conftest.py").write_text("def pytest_runtest_makereport(item, call):\n    call.excinfo = None\n")
+    assert scores(run(assignment, folder)) == pytest.approx({SOFTMAX: 0.0, ATTENTION: 0.0})
+
+
+def test_a_flood_of_output_is_cut_and_the_submission_still_graded(assignment, tmp_path):
+    flood = "import sys\nfor _ in range(100):\n    sys.stdout.write('x' * (1 << 20))\nsys.stdout.flush()\n"
+    result = run(assignment, submission(tmp_path, flood))
+    assert result.score == pytest.approx(6.0)
+    assert len(result.output) < 70_000 and "more bytes of output cut" in result.output
+
+
+def test_a_memory_bomb_fails_its_case_only(assignment, tmp_path):
+    bomb = "if Q.shape == (2, 10, 16):\n    torch.ones(8 << 30, dtype=torch.uint8)"  # 8 GiB, over the 4 GiB limit
+    result = run(assignment, submission(tmp_path, wrap_attention(bomb)), memory_mb=4096)
+    failed = [t for t in result.tests if not t.passed]
+    assert [t.case.id for t in failed] == ["scaled_dot_product_attention-causal_mask"]
+
+
+def test_grading_ends_within_the_total_limit_however_slow_the_code(assignment, tmp_path):
+    slow = wrap_attention("import time\ntime.sleep(30)")
+    start = time.monotonic()
+    result = run(assignment, submission(tmp_path, slow), case_seconds=2, total_seconds=12)
+    assert time.monotonic() - start < 12 + 20
+    assert scores(result)[ATTENTION] == 0
+    messages = outputs_of(result, ATTENTION)
+    assert any("time limit of 2 s" in m for m in messages) and any("total time limit (12 s)" in m for m in messages)
+
+
+def test_reading_stdin_gets_end_of_file_at_once(assignment, tmp_path):
+    reader = "try:\n    input()\nexcept EOFError:\n    pass\n"
+    start = time.monotonic()
+    assert run(assignment, submission(tmp_path, reader), import_seconds=60).score == pytest.approx(6.0)
+    assert time.monotonic() - start < 60
+
+
+@needs_root
+def test_the_course_files_and_other_results_cannot_be_touched(assignment, tmp_path):
+    others = tmp_path / "results"
+    others.mkdir()
+    (others / "alice.json").write_text('{"score": 1.0}')
+    targets = [*ROOT.glob("fixtures/*"), *ROOT.glob("hidden/fixtures/*"), ROOT / "tests" / "adapters.py"]
+    targets += [ROOT / "pyproject.toml", others / "alice.json"]
+    vandal = f"""
+    import pathlib
+    for target in {[str(t) for t in targets]!r}:
+        for attack in (lambda p: p.write_bytes(b"x"), lambda p: p.unlink(), lambda p: p.chmod(0o777)):
+            try:
+                attack(pathlib.Path(target))
+            except OSError:
+                pass
+    """
+    before = fingerprint(ROOT / "fixtures", ROOT / "hidden", ROOT / "tests", others)
+    result = run(assignment, submission(tmp_path, vandal))
+    assert fingerprint(ROOT / "fixtures", ROOT / "hidden", ROOT / "tests", others) == before
+    assert result.score == pytest.approx(6.0)
+
+
+@needs_root
+def test_the_hidden_expected_values_cannot_be_read(assignment, tmp_path):
+    hidden = next((ROOT / "hidden" / "fixtures").glob("*.safetensors"))
+    spy = f"""
+    try:
+        open({str(hidden)!r}, "rb").read(1)
+        _READ_HIDDEN = True
+    except OSError:
+        _READ_HIDDEN = False
+    _reference_softmax = softmax
+
+
+    def softmax(in_features, dim):
+        if _READ_HIDDEN:
+            raise RuntimeError("read the hidden expected values")
+        return _reference_softmax(in_features, dim)
+    """
+    assert scores(run(assignment, submission(tmp_path, spy)))[SOFTMAX] == pytest.approx(1.0)
+
+
+def test_an_altered_fixture_stops_grading_with_a_message_for_the_staff(tmp_path, capsys):
+    course = tmp_path / "course"
+    course.mkdir()
+    for name in ("pyproject.toml", "fixtures", "hidden", "tests"):
+        copy = shutil.copytree if (ROOT / name).is_dir() else shutil.copy
+        copy(ROOT / name, course / name)
+    fixture = course / "fixtures" / "softmax-last_dim.safetensors"
+    data = bytearray(fixture.read_bytes())
+    data[-1] ^= 1
+    fixture.write_bytes(bytes(data))
+    results = tmp_path / "results.json"
+    status = grade_one(Assignment.find(course), submission(tmp_path), results, "cpu", Limits(), quiet=True)
+    assert status == 2
+    assert "softmax-last_dim.safetensors does not match its checksum" in capsys.readouterr().err
+    written = json.loads(results.read_text())
+    assert written["score"] == 0 and "grading stopped" in written["output"]
+
+
+def test_torch_is_still_importable_under_the_memory_limit(assignment, tmp_path):
+    """The limit that stops a memory bomb leaves room for torch itself."""
+    result = run(assignment, submission(tmp_path), memory_mb=1024)
+    assert result.score == pytest.approx(6.0), outputs_of(result)[0]
+    assert torch.__version__  # the grader's own torch is untouched by the child's limits
