@@ -1,8 +1,9 @@
-"""Benchmark: the student's inner loop against the floor set by importing torch.
+"""Benchmark: the student's inner loop, and grading, against the floor set by importing torch.
 
-Runs, alternately and warm, `uv run pytest -m points` (every graded test) and
-`uv run pytest` of one trivial torch test in an empty folder, then prints the medians
-and their ratio. Python caches bytecode as on a student's machine, even where the
+Runs, alternately and warm, `uv run pytest -m points` (every graded test), `uv run pytest`
+of one trivial torch test in an empty folder, and `uv run cs-basics grade` of this checkout
+(one correct submission, end to end: staging, the child process, every check), then prints
+the medians and their ratios. Python caches bytecode as on a student's machine, even where the
 calling shell sets PYTHONDONTWRITEBYTECODE (which would recompile torch on every run).
 Usage: uv run python benchmarks/student_loop.py [--repeats N]
 """
@@ -40,6 +41,7 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         trivial = Path(tmp)
+        results = trivial / "results.json"
         (trivial / "test_trivial.py").write_text(TRIVIAL)
         (trivial / "pytest.ini").write_text("[pytest]\n")
         runs = {
@@ -47,6 +49,10 @@ def main() -> None:
             "uv run pytest (one trivial torch test)": (
                 ["uv", "run", "--project", str(ROOT), "pytest", "-q", str(trivial)],
                 trivial,
+            ),
+            "uv run cs-basics grade": (
+                ["uv", "run", "--project", str(ROOT), "cs-basics", "grade", "--quiet", "--results", str(results)],
+                ROOT,
             ),
         }
         times: dict[str, list[float]] = {name: [] for name in runs}
@@ -62,8 +68,9 @@ def main() -> None:
         table.add_row(name, f"{statistics.median(values):.2f}", f"{min(values):.2f}", f"{max(values):.2f}")
     console = Console()
     console.print(table)
-    graded, floor = (statistics.median(v) for v in times.values())
-    console.print(f"ratio (graded / trivial): {graded / floor:.2f}")
+    graded, floor, grading = (statistics.median(v) for v in times.values())
+    console.print(f"ratio (graded tests / trivial test): {graded / floor:.2f}")
+    console.print(f"ratio (cs-basics grade / graded tests): {grading / graded:.2f}")
 
 
 if __name__ == "__main__":
