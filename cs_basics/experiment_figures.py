@@ -27,8 +27,8 @@ def scaling(examples: dict[int, tuple[torch.Tensor, torch.Tensor]], peaked: list
     for i, (d_k, (unscaled, scaled)) in enumerate(examples.items()):
         ax = fig.add_subplot(grid[0, i])
         keys = torch.arange(len(scaled))
-        ax.bar(keys - 0.2, unscaled, width=0.4, label="softmax(q·k)")
-        ax.bar(keys + 0.2, scaled, width=0.4, label="softmax(q·k / √d_k)")
+        ax.bar((keys - 0.2).tolist(), unscaled.tolist(), width=0.4, label="softmax(q·k)")
+        ax.bar((keys + 0.2).tolist(), scaled.tolist(), width=0.4, label="softmax(q·k / √d_k)")
         ax.set(title=f"d_k = {d_k}", xlabel="key", ylim=(0, 1), xticks=keys.tolist())
         if i == 0:
             ax.set_ylabel("attention weight")
@@ -55,14 +55,14 @@ def scaling(examples: dict[int, tuple[torch.Tensor, torch.Tensor]], peaked: list
 def masking(examples: dict[str, torch.Tensor], path: Path) -> Path:
     fig, axes = plt.subplots(1, len(examples), figsize=(4 * len(examples), 3.8))
     for ax, (title, w) in zip(axes, examples.items(), strict=True):
-        image = ax.imshow(w, vmin=0, vmax=1, cmap="viridis")
+        image = ax.imshow(w.tolist(), vmin=0, vmax=1, cmap="viridis")
         for (i, j), value in (
             (ij, w[ij].item()) for ij in ((i, j) for i in range(w.shape[0]) for j in range(w.shape[1]))
         ):
             ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=7, color="w" if value < 0.6 else "k")
         ax.set(title=title, xlabel="key", ylabel="query")
     fig.colorbar(image, ax=axes, shrink=0.8, label="weight")
-    fig.savefig(path, dpi=DPI, metadata={"Software": None})
+    fig.savefig(path, dpi=DPI, metadata={"Software": None}, bbox_inches="tight")
     plt.close(fig)
     return path
 
