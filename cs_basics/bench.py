@@ -216,7 +216,7 @@ def table(result: dict):
 
     out = Table(title=f"attention: yours vs torch's fused SDPA, median of {result['config']['repeats']} (ms)")
     for column in ("seq", "pass", "yours ms", "torch ms", "ratio", "yours MiB", "torch MiB"):
-        out.add_column(column, justify="right")
+        out.add_column(column, justify="right", no_wrap=True)
 
     def fmt(v: float | None, spec: str) -> str:
         return "-" if v is None else format(v, spec)
