@@ -71,6 +71,80 @@ def add_grade_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet", action="store_true", help="no table, just the total")
 
 
+def cmd_experiments(args: argparse.Namespace) -> int:
+    from cs_basics.study.experiments import run
+
+    try:
+        run(args.out, seed=args.seed, quick=args.quick, root=args.project)
+    except NotImplementedError:
+        return not_written_yet("experiments")
+    return 0
+
+
+def not_written_yet(command: str) -> int:
+    print(
+        f"cs-basics {command}: the attention behind tests/adapters.py raises NotImplementedError;"
+        " write scaled_dot_product_attention in cs_basics/nn/functional.py first",
+        file=sys.stderr,
+    )
+    return 1
+
+
+def positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from cs_basics.harness.device import choose_device
+    from cs_basics.study import bench
+
+    try:
+        device = str(choose_device(args.device))
+    except ValueError as err:
+        print(f"cs-basics bench: {err}", file=sys.stderr)
+        return 2
+    config = bench.Config(device=device, dtype=args.dtype, batch=args.batch, heads=args.heads)
+    config.head_dim, config.seqs, config.repeats, config.memory = args.head_dim, args.seq, args.repeats, args.memory
+    try:
+        result = bench.run(config, args.project)
+    except NotImplementedError:
+        return not_written_yet("bench")
+    Console().print(bench.table(result))
+    if args.json:
+        bench.write_json(result, args.json)
+    if args.plot:
+        bench.plot(result, args.plot)
+    return 0
+
+
+def add_study_commands(sub, project: dict) -> None:
+    """`experiments` and `bench`: the course's experiments as figures, and the benchmark."""
+    exp = sub.add_parser("experiments", help="the attention experiments as PNG figures and a summary")
+    exp.add_argument("--out", type=Path, default=Path("figures"), help="folder for the PNGs (default: figures)")
+    exp.add_argument("--seed", type=int, default=0)
+    exp.add_argument("--quick", action="store_true", help="few draws: a smoke test, not a result")
+    exp.add_argument("--project", **project)
+    exp.set_defaults(func=cmd_experiments)
+    b = sub.add_parser("bench", help="time and memory of your attention against torch's fused SDPA")
+    b.add_argument("--device", default=None, help="cuda, mps or cpu (default: the best present)")
+    b.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16", "float64"])
+    b.add_argument("--seq", type=positive, nargs="+", default=[256, 512, 1024, 2048, 4096, 8192])
+    b.add_argument("--batch", type=positive, default=4)
+    b.add_argument("--heads", type=positive, default=8)
+    b.add_argument("--head-dim", type=positive, default=64)
+    b.add_argument("--repeats", type=positive, default=5)
+    b.add_argument("--no-memory", dest="memory", action="store_false", help="skip the peak-memory measurement")
+    b.add_argument("--json", type=Path, default=None, help="write the results (with leaderboard entries) here")
+    b.add_argument("--plot", type=Path, default=None, help="write a log-log PNG of time and memory here")
+    b.add_argument("--project", **project)
+    b.set_defaults(func=cmd_bench)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cs-basics", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -98,6 +172,8 @@ def build_parser() -> argparse.ArgumentParser:
     autograder.add_argument("out", type=Path, help="the zip to write, e.g. autograder.zip")
     autograder.add_argument("--project", **project)
     autograder.set_defaults(func=cmd_autograder)
+
+    add_study_commands(sub, project)
     return parser
 
 

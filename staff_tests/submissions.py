@@ -14,6 +14,8 @@ from cs_basics.harness.sandbox import Limits
 
 ROOT = Path(__file__).resolve().parents[1]
 FUNCTIONAL = Path("cs_basics/nn/functional.py")
+# both functions start with `raise NotImplementedError`, as in the handout
+STUBBED = {"    # BEGIN SOLUTION\n": "    raise NotImplementedError\n    # BEGIN SOLUTION\n"}
 
 
 def submission(tmp: Path, append: str = "", replace: dict[str, str] | None = None, name: str = "student") -> Path:

@@ -8,7 +8,7 @@ import pytest
 
 from cs_basics.harness.results import results_json
 
-from .submissions import ROOT, outputs_of, run, scores, submission, wrap_attention
+from .submissions import ROOT, STUBBED, outputs_of, run, scores, submission, wrap_attention
 
 ATTENTION, SOFTMAX = "scaled_dot_product_attention", "softmax"
 
@@ -25,7 +25,7 @@ def test_the_reference_gets_full_marks_and_public_and_hidden_tests_are_listed(as
     [
         ({"def softmax(": "def softmax(:"}, "SyntaxError"),
         ({"import math\n": "import math\nimport numpyy\n"}, "ModuleNotFoundError: No module named 'numpyy'"),
-        ({"    # BEGIN SOLUTION\n    x_max": "    raise NotImplementedError\n    x_max"}, "NotImplementedError"),
+        (STUBBED, "NotImplementedError"),
     ],
     ids=["syntax_error", "import_error", "stub"],
 )
@@ -105,16 +105,14 @@ def test_torch_builtins_zero_the_problem_and_name_the_call_and_line(assignment, 
 
 def test_the_submissions_tests_and_config_are_never_used(assignment, tmp_path):
     """A stub whose own adapters, conftest and pyproject would pass everything still gets 0."""
-    folder = submission(
-        tmp_path, replace={"    # BEGIN SOLUTION\n    x_max": "    raise NotImplementedError\n    x_max"}
-    )
+    folder = submission(tmp_path, replace=STUBBED)
     (folder / "tests").mkdir()
     (folder / "tests" / "adapters.py").write_text(
         "import torch\n\ndef run_softmax(in_features, dim):\n    return torch.softmax(in_features, dim)\n"
     )
     (folder / "conftest.py").write_text("def pytest_runtest_makereport(item, call):\n    pass\n")
     (folder / "pyproject.toml").write_text('[tool.cs-basics]\ncases = "nothing"\n')
-    assert scores(run(assignment, folder))[SOFTMAX] == 0
+    assert run(assignment, folder).score == 0
 
 
 def test_a_submission_without_the_package_scores_zero(assignment, tmp_path):

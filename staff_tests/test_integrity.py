@@ -16,7 +16,7 @@ from cs_basics.harness.config import Assignment
 from cs_basics.harness.grade_command import grade_one
 from cs_basics.harness.sandbox import Limits
 
-from .submissions import ROOT, fingerprint, outputs_of, run, scores, submission, wrap_attention
+from .submissions import ROOT, STUBBED, fingerprint, outputs_of, run, scores, submission, wrap_attention
 
 ATTENTION, SOFTMAX = "scaled_dot_product_attention", "softmax"
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="the child's own unprivileged uid needs a root grader")
@@ -63,8 +63,7 @@ def test_fake_results_printed_or_written_change_nothing(assignment, tmp_path, sh
         except OSError:
             pass
     """
-    stub = {"    # BEGIN SOLUTION\n    x_max": "    raise NotImplementedError\n    x_max"}
-    folder = submission(tmp_path, forger, replace=stub)
+    folder = submission(tmp_path, forger, replace=STUBBED)
     assert grade_one(assignment, folder, results, "cpu", Limits(), quiet=True) == 0
     data = json.loads(results.read_text())
     assert data["score"] == 0 and len(data["tests"]) == len(assignment.cases)

@@ -25,7 +25,10 @@ from cs_basics.harness.sandbox import CaseRun, Job, Limits, run_cases
 from cs_basics.harness.scan import Use, forbidden_uses
 
 SUBMISSION_BYTES_LIMIT = 64 << 20
-HARNESS = Path(__file__).resolve().parent  # the grader's own harness, staged over the submission's
+PACKAGE = Path(__file__).resolve().parents[1]  # the grader's own cs_basics
+# cs_basics's tooling, not the student's: the grader stages its own copy over the submission's
+# and never scans it, in this assignment and in any later one that grades the student's cs_basics
+TOOLING = ("cs_basics/harness", "cs_basics/study", "cs_basics/cli.py")
 UID_BASE = 61000  # the child's uid when the grader is root: one per grading process, no login
 
 
@@ -64,7 +67,7 @@ class Grade:
 
 def student_files(assignment: Assignment, code: Path) -> list[Path]:
     """The submission's own Python files in the staged code (the staff's overlay excluded)."""
-    staff = [code / p for p in assignment.staff_code]
+    staff = [code / p for p in (*assignment.staff_code, *TOOLING)]
     return [
         p
         for rel in assignment.student_code
@@ -112,7 +115,7 @@ def stage(assignment: Assignment, submission: Path, code: Path) -> None:
     for rel in assignment.student_code:
         copy_regular(student_source(assignment, submission, rel), code / rel, budget)
     overlays = [(assignment.root / rel, code / rel) for rel in assignment.staff_code]
-    overlays.append((HARNESS, code / "cs_basics" / "harness"))
+    overlays += [(PACKAGE.parent / rel, code / rel) for rel in TOOLING]
     for source, target in overlays:
         shutil.rmtree(target, ignore_errors=True) if target.is_dir() else target.unlink(missing_ok=True)
         copy_regular(source, target, [1 << 40])

@@ -132,7 +132,9 @@ def check(assignment: Assignment, out: Path, removed: list[str]) -> list[str]:
 
 
 def code_lines(text: str) -> list[str]:
-    return [s for s in (line.strip() for line in text.splitlines()) if s and not s.startswith("#")]
+    """Lines that carry code of their own: not comments, not bare punctuation (a docstring's quotes, `)`)."""
+    lines = (line.strip() for line in text.splitlines())
+    return [s for s in lines if any(c.isalnum() for c in s) and not s.startswith("#")]
 
 
 def leaked_solution(assignment: Assignment, out: Path, removed: list[str]) -> list[str]:

@@ -6,6 +6,7 @@ BEGIN and END SOLUTION comments, which `cs-basics handout` replaces by stubs.
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import torch
@@ -60,16 +61,53 @@ def scaled_dot_product_attention(
     """
     # BEGIN SOLUTION
     _check_attention_inputs(Q, K, V, mask)
+    if torch.is_grad_enabled() and (Q.requires_grad or K.requires_grad or V.requires_grad):
+        return _attention(Q, K, V, mask)  # backward needs every weight anyway
+    return _attention_in_blocks(Q, K, V, mask)
+    # END SOLUTION
+
+
+# BEGIN SOLUTION
+SCORES_PER_BLOCK = 2**21  # 8 MiB of float32 scores at a time, whatever the sequence length
+
+
+def _attention(Q: Tensor, K: Tensor, V: Tensor, mask: Tensor | None) -> Tensor:
+    """The formula as written, every score at once; autograd differentiates it."""
     d_k = Q.shape[-1]
     scores = einsum(Q, K, "... queries d_k, ... keys d_k -> ... queries keys") / math.sqrt(d_k)
     if mask is not None:
         scores = scores.masked_fill(~mask, -math.inf)
     weights = softmax(scores, dim=-1)  # (..., queries, keys)
     return einsum(weights, V, "... queries keys, ... keys d_v -> ... queries d_v")
-    # END SOLUTION
 
 
-# BEGIN SOLUTION
+def _attention_in_blocks(Q: Tensor, K: Tensor, V: Tensor, mask: Tensor | None) -> Tensor:
+    """The same result when no gradient is needed: one batch index and a block of queries at a time.
+
+    Each query's output depends only on its own row of scores, so the rows can be done a
+    block at a time. A block holds about SCORES_PER_BLOCK scores, softmaxed in place: memory
+    stays bounded for any sequence length, and the block stays in cache between the steps.
+    """
+    n_q, n_k, d_k = Q.shape[-2], K.shape[-2], Q.shape[-1]
+    rows = max(1, SCORES_PER_BLOCK // n_k)  # queries per block
+    if mask is not None:
+        mask = mask.expand(*Q.shape[:-1], n_k)  # a view: (..., queries, keys)
+    out = Q.new_empty(*Q.shape[:-1], V.shape[-1])  # (..., queries, d_v)
+    for b in itertools.product(*map(range, Q.shape[:-2])):  # each batch index, e.g. (batch, head)
+        for i in range(0, n_q, rows):
+            q = Q[b][i : i + rows] / math.sqrt(d_k)  # (rows, d_k)
+            scores = q @ K[b].T  # (rows, keys): a fresh buffer, changed in place from here on
+            if mask is not None:
+                scores.masked_fill_(~mask[b][i : i + rows], -math.inf)
+            s_max = scores.amax(dim=-1, keepdim=True)
+            s_max.masked_fill_(s_max == -math.inf, 0.0)  # all -inf: exp gives 0, not NaN
+            weights = scores.sub_(s_max).exp_()  # (rows, keys), not yet normalized
+            total = weights.sum(dim=-1, keepdim=True)
+            weights.div_(total.masked_fill_(total == 0, 1.0))
+            out[b][i : i + rows] = weights @ V[b]  # (rows, d_v)
+    return out
+
+
 def _check_attention_inputs(Q: Tensor, K: Tensor, V: Tensor, mask: Tensor | None) -> None:
     """Raise a TypeError or ValueError that names the offending shapes or dtypes."""
     shapes = f"Q {tuple(Q.shape)}, K {tuple(K.shape)}, V {tuple(V.shape)}"

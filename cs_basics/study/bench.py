@@ -1,0 +1,282 @@
+"""`cs-basics bench`: the attention behind tests/adapters.py against torch's fused kernel.
+
+For each sequence length, times the forward pass and forward plus backward of both, in one
+process, interleaved (warm-up, then repeats, then the median). Peak memory: on CUDA the
+allocator's peak; on the CPU, in a fresh child process that makes the inputs, resets the
+kernel's peak resident size (/proc/self/clear_refs) and makes one call, VmHWM less VmRSS
+before the call: measured, not estimated.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+YOURS, TORCH = "yours", "torch"
+PASSES = ("forward", "forward+backward")
+MiB = 2**20
+
+
+@dataclass
+class Config:
+    device: str = "cpu"
+    dtype: str = "float32"
+    seqs: list[int] = field(default_factory=lambda: [256, 512, 1024, 2048, 4096, 8192])
+    batch: int = 4
+    heads: int = 8
+    head_dim: int = 64
+    warmup: int = 1
+    repeats: int = 5
+    memory: bool = True
+    leaderboard_seq: int = 2048
+    max_backward_gib: float = 1.0  # skip yours' forward+backward when its score tensor would be larger
+
+    def shape(self, seq: int) -> tuple[int, ...]:
+        return (self.batch, self.heads, seq, self.head_dim)
+
+    def scores_gib(self, seq: int) -> float:
+        return self.batch * self.heads * seq * seq * torch.tensor([], dtype=self.torch_dtype).element_size() / 2**30
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return getattr(torch, self.dtype)
+
+
+def implementations(root: Path) -> dict[str, Callable]:
+    """The student's function, loaded through the assignment's config, and torch's fused kernel."""
+    from cs_basics.harness.config import Assignment
+
+    adapters = Assignment.find(root).adapters()
+    return {YOURS: adapters.run_scaled_dot_product_attention, TORCH: F.scaled_dot_product_attention}
+
+
+def plain(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor) -> torch.Tensor:
+    """Materialize every score, softmax, multiply: the baseline the fused kernel is measured against."""
+    return torch.softmax(Q @ K.mT / Q.shape[-1] ** 0.5, dim=-1) @ V
+
+
+def make_inputs(config: Config, seq: int, grad: bool, seed: int = 0) -> list[torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    return [
+        torch.randn(config.shape(seq), generator=gen).to(config.device, config.torch_dtype).requires_grad_(grad)
+        for _ in range(3)
+    ]
+
+
+def call(fn: Callable, inputs: list[torch.Tensor], backward: bool) -> None:
+    if backward:
+        fn(*inputs).sum().backward()
+        for t in inputs:
+            t.grad = None
+    else:
+        with torch.no_grad():
+            fn(*inputs)
+
+
+def seconds(fn: Callable, inputs: list[torch.Tensor], backward: bool, device: str) -> float:
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    sync()
+    start = time.perf_counter()
+    call(fn, inputs, backward)
+    sync()
+    return time.perf_counter() - start
+
+
+def cuda_peak_mib(fn: Callable, inputs: list[torch.Tensor], backward: bool) -> float:
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    call(fn, inputs, backward)
+    torch.cuda.synchronize()
+    return (torch.cuda.max_memory_allocated() - base) / MiB
+
+
+def cpu_peak_mib(config: Config, root: Path, impl: str, seq: int, backward: bool) -> float | None:
+    """Peak RSS growth of one call in a fresh child; None if the child failed (out of memory)."""
+    request = {"config": asdict(config), "root": str(root), "impl": impl, "seq": seq, "backward": backward}
+    child = subprocess.run(
+        [sys.executable, "-m", "cs_basics.study.bench", json.dumps(request)], capture_output=True, text=True
+    )
+    if child.returncode != 0:
+        return None
+    return float(child.stdout.strip().splitlines()[-1])
+
+
+def _status_mib(field: str) -> float:
+    line = next(x for x in Path("/proc/self/status").read_text().splitlines() if x.startswith(field + ":"))
+    return int(line.split()[1]) / 1024  # kB
+
+
+def _probe(request: str) -> None:
+    """The child of cpu_peak_mib: inputs first, then the peak resident size during one call, less before."""
+    spec = json.loads(request)
+    config = Config(**spec["config"])
+    fn = {**implementations(Path(spec["root"])), "plain": plain}[spec["impl"]]
+    inputs = make_inputs(config, spec["seq"], spec["backward"])
+    Path("/proc/self/clear_refs").write_text("5")  # Linux: reset the peak (VmHWM) to the current size
+    before = _status_mib("VmRSS")
+    call(fn, inputs, spec["backward"])
+    print(_status_mib("VmHWM") - before)
+
+
+def peak_mib(config: Config, root: Path, impl: str, fn: Callable, seq: int, backward: bool) -> float | None:
+    if not config.memory:
+        return None
+    if config.device.startswith("cuda"):
+        return cuda_peak_mib(fn, make_inputs(config, seq, backward), backward)
+    if config.device == "cpu":
+        return cpu_peak_mib(config, root, impl, seq, backward)
+    return None  # MPS: no peak statistic
+
+
+def measure(config: Config, root: Path, seq: int, backward: bool, impls: dict[str, Callable]) -> list[dict]:
+    """Both implementations at one length and pass, interleaved repeats: one row per implementation."""
+    pass_name = PASSES[backward]
+    skip = {YOURS} if backward and config.scores_gib(seq) > config.max_backward_gib else set()
+    memory = {name: peak_mib(config, root, name, fn, seq, backward) for name, fn in impls.items() if name not in skip}
+    if config.memory and config.device == "cpu":
+        skip |= {name for name, mib in memory.items() if mib is None}  # its child ran out of memory
+    inputs = make_inputs(config, seq, backward)
+    times: dict[str, list[float]] = {name: [] for name in impls if name not in skip}
+    for r in range(config.warmup + config.repeats):
+        for name in times:
+            elapsed = seconds(impls[name], inputs, backward, config.device)
+            if r >= config.warmup:
+                times[name].append(elapsed * 1e3)
+    rows = []
+    for name in impls:
+        row = {"seq": seq, "pass": pass_name, "impl": name, "median_ms": None, "times_ms": [], "peak_mib": None}
+        if name in times:
+            row |= {"median_ms": statistics.median(times[name]), "times_ms": times[name]}
+            row["peak_mib"] = memory.get(name)
+        rows.append(row)
+    return rows
+
+
+def with_ratios(rows: list[dict]) -> list[dict]:
+    """Each row gains `ratio_to_torch`: its median over torch's at the same length and pass."""
+    torch_ms = {(r["seq"], r["pass"]): r["median_ms"] for r in rows if r["impl"] == TORCH}
+    for r in rows:
+        base = torch_ms.get((r["seq"], r["pass"]))
+        r["ratio_to_torch"] = r["median_ms"] / base if r["median_ms"] and base else None
+    return rows
+
+
+def run(config: Config, root: Path | None = None) -> dict:
+    from rich.progress import Progress
+
+    from cs_basics.harness.config import Assignment
+
+    root = Assignment.find(root).root
+    impls = implementations(root)
+    rows: list[dict] = []
+    with Progress(transient=True) as progress:
+        task = progress.add_task("benchmarking", total=len(config.seqs) * len(PASSES))
+        for seq in config.seqs:
+            for backward in (False, True):
+                progress.update(task, description=f"seq {seq}, {PASSES[backward]}")
+                rows += measure(config, root, seq, backward, impls)
+                progress.advance(task)
+    return report(config, with_ratios(rows))
+
+
+def report(config: Config, rows: list[dict]) -> dict:
+    """Everything measured, plus Gradescope leaderboard entries (lower is better)."""
+
+    def value(impl: str, key: str, seq: int, pass_name: str = PASSES[0]) -> float | None:
+        found = [r[key] for r in rows if (r["impl"], r["seq"], r["pass"]) == (impl, seq, pass_name)]
+        return found[0] if found else None
+
+    seq = config.leaderboard_seq if config.leaderboard_seq in config.seqs else config.seqs[-1]
+    entries = [
+        (f"forward ms at seq {seq}", value(YOURS, "median_ms", seq)),
+        (f"forward time / torch at seq {seq}", value(YOURS, "ratio_to_torch", seq)),
+        (f"forward peak MiB at seq {seq}", value(YOURS, "peak_mib", seq)),
+    ]
+    return {
+        "config": asdict(config),
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "measurements": rows,
+        "leaderboard": [{"name": name, "value": round(v, 3), "order": "asc"} for name, v in entries if v is not None],
+    }
+
+
+def table(result: dict):
+    from rich.table import Table
+
+    out = Table(title=f"attention: yours vs torch's fused SDPA, median of {result['config']['repeats']} (ms)")
+    for column in ("seq", "pass", "yours ms", "torch ms", "ratio", "yours MiB", "torch MiB"):
+        out.add_column(column, justify="right", no_wrap=True)
+
+    def fmt(v: float | None, spec: str) -> str:
+        return "-" if v is None else format(v, spec)
+
+    rows = result["measurements"]
+    for seq in result["config"]["seqs"]:
+        for pass_name in PASSES:
+            pair = {r["impl"]: r for r in rows if r["seq"] == seq and r["pass"] == pass_name}
+            yours, ref = pair[YOURS], pair[TORCH]
+            out.add_row(
+                str(seq),
+                pass_name,
+                fmt(yours["median_ms"], ".1f"),
+                fmt(ref["median_ms"], ".1f"),
+                fmt(yours["ratio_to_torch"], ".2f"),
+                fmt(yours["peak_mib"], ".0f"),
+                fmt(ref["peak_mib"], ".0f"),
+            )
+    return out
+
+
+def plot(result: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(10, 4))
+    for impl, color in ((YOURS, "tab:blue"), (TORCH, "tab:orange")):
+        for pass_name, style in zip(PASSES, ("-", "--"), strict=True):
+            rows = [r for r in result["measurements"] if r["impl"] == impl and r["pass"] == pass_name]
+            timed = [r for r in rows if r["median_ms"] is not None]
+            label = f"{impl}, {pass_name}"
+            ax_t.plot(
+                [r["seq"] for r in timed], [r["median_ms"] for r in timed], style, color=color, marker="o", label=label
+            )
+            mem = [r for r in rows if r["peak_mib"] is not None]
+            ax_m.plot(
+                [r["seq"] for r in mem],
+                [max(r["peak_mib"], 0.01) for r in mem],
+                style,
+                color=color,
+                marker="o",
+                label=label,
+            )
+    c = result["config"]
+    for ax, ylabel in ((ax_t, "median time (ms)"), (ax_m, "peak extra memory (MiB)")):
+        ax.set(xscale="log", yscale="log", xlabel="sequence length", ylabel=ylabel)
+        ax.set_xscale("log", base=2)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(f"{c['device']} {c['dtype']}, batch {c['batch']}, {c['heads']} heads, head size {c['head_dim']}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def write_json(result: dict, path: Path) -> None:
+    path.write_text(json.dumps(result, indent=2, allow_nan=False) + "\n")
+
+
+if __name__ == "__main__":
+    _probe(sys.argv[1])
