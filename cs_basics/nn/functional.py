@@ -90,21 +90,22 @@ def _attention_in_blocks(Q: Tensor, K: Tensor, V: Tensor, mask: Tensor | None) -
     """
     n_q, n_k, d_k = Q.shape[-2], K.shape[-2], Q.shape[-1]
     rows = max(1, SCORES_PER_BLOCK // n_k)  # queries per block
+    scale = math.log2(math.e) / math.sqrt(d_k)  # scores in base 2: e^s = 2^(s log2 e), and exp2 is faster
     if mask is not None:
         mask = mask.expand(*Q.shape[:-1], n_k)  # a view: (..., queries, keys)
     out = Q.new_empty(*Q.shape[:-1], V.shape[-1])  # (..., queries, d_v)
     for b in itertools.product(*map(range, Q.shape[:-2])):  # each batch index, e.g. (batch, head)
         for i in range(0, n_q, rows):
-            q = Q[b][i : i + rows] / math.sqrt(d_k)  # (rows, d_k)
+            q = Q[b][i : i + rows] * scale  # (rows, d_k)
             scores = q @ K[b].T  # (rows, keys): a fresh buffer, changed in place from here on
             if mask is not None:
                 scores.masked_fill_(~mask[b][i : i + rows], -math.inf)
             s_max = scores.amax(dim=-1, keepdim=True)
-            s_max.masked_fill_(s_max == -math.inf, 0.0)  # all -inf: exp gives 0, not NaN
-            weights = scores.sub_(s_max).exp_()  # (rows, keys), not yet normalized
+            s_max.masked_fill_(s_max == -math.inf, 0.0)  # all -inf: exp2 gives 0, not NaN
+            weights = scores.sub_(s_max).exp2_()  # (rows, keys), not yet normalized
             total = weights.sum(dim=-1, keepdim=True)
-            weights.div_(total.masked_fill_(total == 0, 1.0))
-            out[b][i : i + rows] = weights @ V[b]  # (rows, d_v)
+            total.masked_fill_(total == 0, 1.0)
+            out[b][i : i + rows] = (weights @ V[b]) / total  # (rows, d_v): normalize d_v, not keys, columns
     return out
 
 
