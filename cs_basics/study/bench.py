@@ -23,6 +23,7 @@ import torch.nn.functional as F
 
 YOURS, TORCH = "yours", "torch"
 PASSES = ("forward", "forward+backward")
+SHORT = {"forward": "fwd", "forward+backward": "fwd+bwd"}  # the table fits 80 columns
 MiB = 2**20
 
 
@@ -228,7 +229,7 @@ def table(result: dict):
             yours, ref = pair[YOURS], pair[TORCH]
             out.add_row(
                 str(seq),
-                pass_name,
+                SHORT[pass_name],
                 fmt(yours["median_ms"], ".1f"),
                 fmt(ref["median_ms"], ".1f"),
                 fmt(yours["ratio_to_torch"], ".2f"),
@@ -246,12 +247,17 @@ def plot(result: dict, path: Path) -> None:
 
     fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(10, 4))
     for impl, color in ((YOURS, "tab:blue"), (TORCH, "tab:orange")):
-        for pass_name, style in zip(PASSES, ("-", "--"), strict=True):
+        for pass_name, style, marker in zip(PASSES, ("-", "--"), ("o", "s"), strict=True):
             rows = [r for r in result["measurements"] if r["impl"] == impl and r["pass"] == pass_name]
             timed = [r for r in rows if r["median_ms"] is not None]
             label = f"{impl}, {pass_name}"
             ax_t.plot(
-                [r["seq"] for r in timed], [r["median_ms"] for r in timed], style, color=color, marker="o", label=label
+                [r["seq"] for r in timed],
+                [r["median_ms"] for r in timed],
+                style,
+                color=color,
+                marker=marker,
+                label=label,
             )
             mem = [r for r in rows if r["peak_mib"] is not None]
             ax_m.plot(
@@ -259,15 +265,18 @@ def plot(result: dict, path: Path) -> None:
                 [max(r["peak_mib"], 0.01) for r in mem],
                 style,
                 color=color,
-                marker="o",
+                marker=marker,
                 label=label,
             )
     c = result["config"]
-    for ax, ylabel in ((ax_t, "median time (ms)"), (ax_m, "peak extra memory (MiB)")):
+    for ax, ylabel, corner in (
+        (ax_t, "median time (ms)", "upper left"),
+        (ax_m, "peak extra memory (MiB)", "lower right"),
+    ):
         ax.set(xscale="log", yscale="log", xlabel="sequence length", ylabel=ylabel)
         ax.set_xscale("log", base=2)
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=8, loc=corner)  # the corners the curves leave empty
     fig.suptitle(f"{c['device']} {c['dtype']}, batch {c['batch']}, {c['heads']} heads, head size {c['head_dim']}")
     fig.tight_layout()
     fig.savefig(path, dpi=90)
