@@ -103,6 +103,16 @@ def test_torch_builtins_zero_the_problem_and_name_the_call_and_line(assignment, 
     assert all("must be written from scratch" in m and named in m for m in messages)
 
 
+def test_the_grader_stages_its_own_tooling_over_the_submissions(assignment, tmp_path):
+    """A broken harness in the submission cannot stop its grading, and forbidden calls in the
+    tooling (the bench calls torch's SDPA on purpose) are not the student's."""
+    folder = submission(tmp_path)
+    (folder / "cs_basics" / "harness" / "cases.py").write_text("raise ImportError('vandalised')\n")
+    (folder / "cs_basics" / "study" / "extra.py").write_text("import torch\n\ntorch.softmax(torch.ones(2), 0)\n")
+    result = run(assignment, folder)
+    assert scores(result) == pytest.approx({SOFTMAX: 1.0, ATTENTION: 5.0})
+
+
 def test_the_submissions_tests_and_config_are_never_used(assignment, tmp_path):
     """A stub whose own adapters, conftest and pyproject would pass everything still gets 0."""
     folder = submission(tmp_path, replace=STUBBED)

@@ -6,7 +6,8 @@ cases = "tests.cases"                   # module (importable from the root) defi
 adapters = "tests.adapters"             # module that plugs the student's code in
 hidden = "hidden"                       # staff only: hidden/cases.py (CASES) and hidden/fixtures/
 student_code = ["cs_basics"]            # what grading takes from a submission
-staff_code = ["cs_basics/harness"]      # ...except these, always taken from this repository
+staff_code = ["mypkg/grading_aids.py"] # ...except these, always taken from this repository (cs_basics's
+                                       # own harness, study and cli.py always are: see grading.TOOLING)
 handout_exclude = ["staff_tests"]       # left out of the student handout (besides `hidden`)
 
 [tool.cs-basics.problems.softmax]

@@ -109,7 +109,7 @@ def student_source(assignment: Assignment, submission: Path, rel: str) -> Path:
 
 
 def stage(assignment: Assignment, submission: Path, code: Path) -> None:
-    """The submission's student code, the staff's code over it (always the grader's own harness),
+    """The submission's student code, the staff's code and the grader's own tooling over it,
     and the course's test modules."""
     budget = [SUBMISSION_BYTES_LIMIT]
     for rel in assignment.student_code:
