@@ -25,53 +25,39 @@ def test_name(case) -> str:
     return f"{case.test}[{case.param}]"
 
 
-def results_json(grade: Grade) -> dict:
-    tests = [
-        {
-            "name": test_name(t.case),
-            "score": round(t.score, 6),
-            "max_score": round(t.max_score, 6),
-            "status": "passed" if t.passed else "failed",
-            "output": t.output[:OUTPUT_LIMIT],
-            "visibility": "after_published" if t.case.hidden else "visible",
-            "tags": [t.case.problem],
-        }
-        for t in grade.tests
-    ]
-    output = []
-    if grade.output.strip():
-        output.append("What your code printed (cut to the first part):\n" + grade.output)
+def test_entry(case, score: float, max_score: float, passed: bool, output: str) -> dict:
     return {
-        "score": round(grade.score, 6),
-        "execution_time": round(grade.execution_time, 3),
-        "output": "\n\n".join(output),
+        "name": test_name(case),
+        "score": round(score, 6),
+        "max_score": round(max_score, 6),
+        "status": "passed" if passed else "failed",
+        "output": output[:OUTPUT_LIMIT],
+        "visibility": "after_published" if case.hidden else "visible",
+        "tags": [case.problem],
+    }
+
+
+def results_file(score: float, execution_time: float, output: str, tests: list[dict]) -> dict:
+    return {
+        "score": round(score, 6),
+        "execution_time": round(execution_time, 3),
+        "output": output,
         "visibility": "visible",
         "stdout_visibility": "hidden",
         "tests": tests,
     }
 
 
+def results_json(grade: Grade) -> dict:
+    tests = [test_entry(t.case, t.score, t.max_score, t.passed, t.output) for t in grade.tests]
+    printed = "What your code printed (cut to the first part):\n" + grade.output if grade.output.strip() else ""
+    return results_file(grade.score, grade.execution_time, printed, tests)
+
+
 def placeholder(assignment: Assignment, why: str) -> dict:
     """What the results file says until grading finishes: every test at 0."""
-    return {
-        "score": 0.0,
-        "execution_time": 0.0,
-        "output": why,
-        "visibility": "visible",
-        "stdout_visibility": "hidden",
-        "tests": [
-            {
-                "name": test_name(case),
-                "score": 0.0,
-                "max_score": round(assignment.points[case.id], 6),
-                "status": "failed",
-                "output": why,
-                "visibility": "after_published" if case.hidden else "visible",
-                "tags": [case.problem],
-            }
-            for case in assignment.cases
-        ],
-    }
+    tests = [test_entry(case, 0.0, assignment.points[case.id], False, why) for case in assignment.cases]
+    return results_file(0.0, 0.0, why, tests)
 
 
 def write_atomic(path: Path, text: str) -> None:
