@@ -108,8 +108,16 @@ def cmd_bench(args: argparse.Namespace) -> int:
     except ValueError as err:
         print(f"cs-basics bench: {err}", file=sys.stderr)
         return 2
-    config = bench.Config(device=device, dtype=args.dtype, batch=args.batch, heads=args.heads)
-    config.head_dim, config.seqs, config.repeats, config.memory = args.head_dim, args.seq, args.repeats, args.memory
+    config = bench.Config(
+        device=device,
+        dtype=args.dtype,
+        seqs=args.seq,
+        batch=args.batch,
+        heads=args.heads,
+        head_dim=args.head_dim,
+        repeats=args.repeats,
+        memory=args.memory,
+    )
     try:
         result = bench.run(config, args.project)
     except NotImplementedError:
