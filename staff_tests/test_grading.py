@@ -1,12 +1,14 @@
 """cs-basics grade on submissions that fail in every way a student's can: exact scores and messages."""
 
+import io
 import json
 import subprocess
 import sys
 
 import pytest
+from rich.console import Console
 
-from cs_basics.harness.results import results_json
+from cs_basics.harness.results import print_table, results_json
 
 from .submissions import ROOT, STUBBED, outputs_of, run, scores, submission, wrap_attention
 
@@ -208,3 +210,17 @@ def test_a_folder_of_submissions_is_graded_into_one_file_each_and_a_csv(tmp_path
     lines = (out / "scores.csv").read_text().splitlines()
     assert lines == ["submission,score,max_score,error", "alice,6.0,6.0,", "bob,1.0,6.0,"]
     assert json.loads((out / "bob.json").read_text())["score"] == pytest.approx(1.0)
+
+
+def test_the_table_names_every_case_and_the_first_line_of_each_failure(assignment, tmp_path):
+    """Case ids hold brackets (`test_softmax[last_dim]`) that rich would read as markup."""
+
+    result = run(
+        assignment, submission(tmp_path, wrap_attention("return _reference_attention(Q, K, V, mask)[..., :1, :]"))
+    )
+    out = io.StringIO()
+    print_table(result, Console(file=out, width=200))
+    text = out.getvalue()
+    assert "test_softmax[last_dim]" in text and "(hidden)" in text
+    failed = [t for t in result.tests if not t.passed and not t.case.hidden]
+    assert failed and all(f"{t.case.test}[{t.case.param}]: {t.output.splitlines()[0]}" in text for t in failed)

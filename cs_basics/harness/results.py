@@ -13,6 +13,7 @@ import tempfile
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from cs_basics.harness.config import Assignment
@@ -87,11 +88,12 @@ def print_table(grade: Grade, console: Console | None = None) -> None:
         for t in tests:
             mark = "[green]passed[/]" if t.passed else "[red]failed[/]"
             hidden = " (hidden)" if t.case.hidden else ""
-            table.add_row(test_name(t.case) + hidden, f"{t.score:.3g}/{t.max_score:.3g}", mark)
+            table.add_row(escape(test_name(t.case)) + hidden, f"{t.score:.3g}/{t.max_score:.3g}", mark)
         score, most = sum(t.score for t in tests), sum(t.max_score for t in tests)
         table.add_row(f"[bold]{problem}[/]", f"[bold]{score:.3g}/{most:.3g}[/]", "", end_section=True)
     table.add_row("[bold]total[/]", f"[bold]{grade.score:.3g}/{grade.max_score:.3g}[/]", "")
     console.print(table)
     for t in grade.tests:
         if not t.passed and not t.case.hidden:
-            console.print(f"[red]{test_name(t.case)}[/]: {t.output.splitlines()[0] if t.output else ''}")
+            first_line = t.output.splitlines()[0] if t.output else ""
+            console.print(f"[red]{escape(test_name(t.case))}[/]: {escape(first_line)}")
