@@ -16,7 +16,7 @@ import traceback
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file, save, save_file
 
 TRACEBACK_LIMIT = 4000
 
@@ -38,7 +38,9 @@ def warm_up() -> None:
     x = torch.randn(2, 3, 4, requires_grad=True)
     y = einops.einsum(x, x, "b i d, b j d -> b i j").masked_fill(torch.eye(3, dtype=torch.bool), -1e9)
     (torch.exp(y - y.amax(-1, keepdim=True)) @ x).sum().backward()
-    save_outputs({"x": x, "y": (x,)}, Path(os.devnull))  # safetensors loads parts of numpy on first save
+    # safetensors loads parts of numpy on its first save: save to memory, never to a file (as root, a
+    # save to os.devnull replaced /dev/null with a regular file: safetensors writes through a rename)
+    save({"x": x.detach()})
 
 
 def drop_privileges(uid: int | None) -> None:
