@@ -143,15 +143,21 @@ def agreement(case: Case, inputs: Tensors, expected: Tensors, meta: dict[str, st
     return found
 
 
-def why_remake(store: FixtureStore, case: Case, oracle: str = ORACLE) -> str | None:
-    """Why `case`'s stored fixture must be made again; None when it is what the case makes, within rounding."""
+def examine(store: FixtureStore, case: Case, oracle: str = ORACLE) -> Agreement:
+    """How `case`'s stored fixture compares with what the case makes now; a missing file, or one the
+    manifest does not vouch for, is a problem too (it is made again, never blessed)."""
     if not store.path(case.id).is_file():
-        return "new"
+        return Agreement(problems=["new"])
     try:
         inputs, expected = store.load(case.id)
     except FixtureError as err:
-        return str(err).partition("; ")[0]
-    return "; ".join(agreement(case, inputs, expected, store.metadata(case.id), oracle).problems) or None
+        return Agreement(problems=[str(err).partition("; ")[0]])
+    return agreement(case, inputs, expected, store.metadata(case.id), oracle)
+
+
+def why_remake(store: FixtureStore, case: Case, oracle: str = ORACLE) -> str | None:
+    """Why `case`'s stored fixture must be made again; None when it is what the case makes, within rounding."""
+    return "; ".join(examine(store, case, oracle).problems) or None
 
 
 @dataclass
@@ -162,22 +168,31 @@ class Regenerated:
     kept: list[str] = field(default_factory=list)
     written: dict[str, str] = field(default_factory=dict)  # case id -> why
     removed: list[str] = field(default_factory=list)
+    gaps: dict[str, dict[str, float]] = field(default_factory=dict)  # case id -> tensor -> ulps from the stored
+
+    def worst(self, kind: str, case_ids: list[str] | None = None) -> tuple[float, str]:
+        """The largest gap among the `kind` tensors ("input" or "expected") of `case_ids` (default: all), and where."""
+        gaps = [
+            (gap, f"{case_id} {key}")
+            for case_id in (self.gaps if case_ids is None else case_ids)
+            for key, gap in self.gaps[case_id].items()
+            if key.startswith(f"{kind}.")
+        ]
+        return max(gaps, default=(0.0, ""))
 
     def report(self) -> str:
         size = sum(p.stat().st_size for p in self.root.glob("*.safetensors"))
-        lines = [
-            f"{self.root}: kept {len(self.kept)} (within rounding of what the cases make), "
-            f"wrote {len(self.written)}, removed {len(self.removed)}; {size / 1024:.0f} KiB"
-        ]
+        lines = [f"{self.root}: kept {len(self.kept)}, wrote {len(self.written)}, removed {len(self.removed)}"]
+        lines[0] += f" ({size / 1024:.0f} KiB)"
         if self.kept:
+            (inputs, _), (expected, _) = self.worst("input", self.kept), self.worst("expected", self.kept)
             lines.append(
-                textwrap.fill(
-                    ", ".join(self.kept),
-                    110,
-                    initial_indent="  kept: ",
-                    subsequent_indent="    ",
-                    break_on_hyphens=False,
-                )
+                f"  kept, being what their cases make here within rounding (inputs within {inputs:.3g} ulps, "
+                f"expected values within {expected:.3g}; allowed {INPUT_ULPS:g} and {EXPECTED_ULPS:g}):"
+            )
+            kept = ", ".join(self.kept)
+            lines.append(
+                textwrap.fill(kept, 110, initial_indent="    ", subsequent_indent="    ", break_on_hyphens=False)
             )
         lines += [f"  wrote {case_id}: {why}" for case_id, why in self.written.items()]
         lines += [f"  removed {name}: no case uses it" for name in self.removed]
@@ -189,13 +204,14 @@ def regenerate_store(store: FixtureStore, cases: list[Case], oracle: str = ORACL
     done = Regenerated(store.root)
     blobs = {}
     for case in cases:
-        why = why_remake(store, case, oracle)
-        if why is None:
+        found = examine(store, case, oracle)
+        done.gaps[case.id] = found.gaps
+        if not found.problems:
             blobs[case.id] = store.path(case.id).read_bytes()
             done.kept.append(case.id)
         else:
             blobs[case.id] = encode(fixture_tensors(case), provenance(case, oracle))
-            done.written[case.id] = why
+            done.written[case.id] = "; ".join(found.problems)
     done.removed = store.write_blobs(blobs)
     return done
 
