@@ -35,7 +35,7 @@ ORACLE = "float64, torch.softmax / torch.nn.functional.scaled_dot_product_attent
 # MKL_CBWR=COMPATIBLE/SSE4_2/AVX2, by at most 2.5). The tolerances are 4x those, room for other
 # CPUs and BLAS libraries; a real change of a case (seed, shape, scale, mask, oracle) is off by
 # orders of magnitude more. 16 float64 ulps of the largest expected value here (16.5) is 6e-14,
-# far inside the tightest grading tolerance (float64 atol 1e-12): a kept fixture moves no grade.
+# far inside the tightest grading tolerance (float64 atol 1e-12).
 INPUT_ULPS = 32.0
 EXPECTED_ULPS = 16.0
 REMAKE = (
