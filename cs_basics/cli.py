@@ -11,11 +11,8 @@ def cmd_fixtures(args: argparse.Namespace) -> int:
     from cs_basics.harness.config import Assignment
     from cs_basics.harness.generate import regenerate
 
-    assignment = Assignment.find(args.project)
-    regenerate(assignment)
-    for store, cases in assignment.stores():
-        size = sum(store.path(c.id).stat().st_size for c in cases)
-        print(f"wrote {len(cases)} fixtures ({size / 1024:.0f} KiB) and the manifest to {store.root}")
+    for done in regenerate(Assignment.find(args.project)):
+        print(done.report())
     return 0
 
 
@@ -158,7 +155,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     project = {"type": Path, "default": None, "help": "assignment folder (default: the nearest)"}
 
-    fixtures = sub.add_parser("fixtures", help="regenerate the stored fixtures from the float64 oracle")
+    fixtures = sub.add_parser(
+        "fixtures", help="make the fixtures from the float64 oracle, keeping files that agree within rounding"
+    )
     fixtures.add_argument("--project", **project)
     fixtures.set_defaults(func=cmd_fixtures)
 
