@@ -33,7 +33,8 @@ def cmd_grade(args: argparse.Namespace) -> int:
     if args.shard:
         print(f"cs-basics grade: --shard needs a folder of submissions; {submission} is one", file=sys.stderr)
         return 2
-    return grade_one(assignment, submission, args.results or Path("results.json"), args.device, limits_from(args))
+    results = args.results or Path("results.json")
+    return grade_one(assignment, submission, results, args.device, limits_from(args), sandbox=args.sandbox)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -84,9 +85,34 @@ def cmd_autograder(args: argparse.Namespace) -> int:
 
 
 def add_grade_options(parser: argparse.ArgumentParser) -> None:
+    from cs_basics.harness.limits import Limits
+
     parser.add_argument("--device", default=None, help="cuda, mps or cpu (default: the best present)")
-    parser.add_argument("--case-seconds", type=float, default=60.0, help="time limit per test case (default 60)")
-    parser.add_argument("--total-seconds", type=float, default=900.0, help="time limit per submission (default 900)")
+    defaults = Limits()
+    parser.add_argument(
+        "--case-seconds",
+        type=float,
+        default=defaults.case_seconds,
+        help="time limit per test case (default %(default)s)",
+    )
+    parser.add_argument(
+        "--total-seconds",
+        type=float,
+        default=defaults.total_seconds,
+        help="time limit per submission (default %(default)s)",
+    )
+    parser.add_argument(
+        "--timeouts-per-problem",
+        type=int,
+        default=defaults.timeouts_per_problem,
+        help="after this many cases of a problem ran out of time, its other cases are not run (default %(default)s)",
+    )
+    parser.add_argument(
+        "--sandbox",
+        choices=["bubblewrap", "fallback"],
+        default=None,
+        help="where the submission's code runs (default $CS_BASICS_SANDBOX, else bubblewrap where it runs)",
+    )
     parser.add_argument("--memory-mb", type=int, default=4096, help="memory limit of the student's process, 0: none")
     parser.add_argument("--quiet", action="store_true", help="no table, just the total")
 

@@ -41,8 +41,8 @@ def wrap_attention(body: str) -> str:
     )
 
 
-def run(assignment, folder: Path, **limits) -> Grade:
-    return grade(assignment, folder, torch.device("cpu"), Limits(**limits))
+def run(assignment, folder: Path, sandbox: str | None = None, **limits) -> Grade:
+    return grade(assignment, folder, torch.device("cpu"), Limits(**limits), sandbox=sandbox)
 
 
 def scores(result: Grade) -> dict[str, float]:

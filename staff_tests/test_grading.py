@@ -2,6 +2,7 @@
 
 import io
 import json
+import shutil
 import subprocess
 import sys
 
@@ -104,14 +105,17 @@ def test_a_submission_without_the_package_scores_zero(assignment, tmp_path):
 
 
 def test_answers_looked_up_in_the_public_fixtures_miss_the_hidden_points(assignment, tmp_path):
+    """The public fixtures ship with the handout, so a submission can carry them; the hidden ones it cannot
+    reach (the sandbox shows no repository, and without namespaces the hidden folder is private to root)."""
     lookup = f"""
     import pathlib
     from safetensors.torch import load_file
     _answers = []
-    for _folder in ({str(ROOT / "fixtures")!r}, {str(ROOT / "hidden" / "fixtures")!r}):
+    _carried = pathlib.Path(__file__).parent / "answers"
+    for _folder in (_carried, {str(ROOT / "fixtures")!r}, {str(ROOT / "hidden" / "fixtures")!r}):
         try:
             _answers += [load_file(str(p)) for p in pathlib.Path(_folder).glob("*.safetensors")]
-        except OSError:  # the hidden folder is private to the grader when it runs as root
+        except OSError:
             pass
 
 
@@ -129,7 +133,9 @@ def test_answers_looked_up_in_the_public_fixtures_miss_the_hidden_points(assignm
     def scaled_dot_product_attention(Q, K, V, mask=None):
         return _look_up("input.Q", Q)
     """
-    result = run(assignment, submission(tmp_path, lookup))
+    folder = submission(tmp_path, lookup)
+    shutil.copytree(ROOT / "fixtures", folder / "cs_basics" / "nn" / "answers")
+    result = run(assignment, folder)
     public = sum(t.max_score for t in result.tests if not t.case.hidden)
     assert 0 < result.score < public + 1e-9 < assignment_total(assignment)
     assert not any(t.passed for t in result.tests if t.case.hidden)

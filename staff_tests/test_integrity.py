@@ -31,26 +31,6 @@ def shared_dir():
     shutil.rmtree(folder, ignore_errors=True)
 
 
-def test_a_daemon_started_by_the_submission_does_not_outlive_grading(assignment, tmp_path, shared_dir):
-    daemon = f"""
-    import os, time
-    if os.fork() == 0:
-        os.setsid()
-        if os.fork() == 0:
-            with open({str(shared_dir / "pid")!r}, "w") as f:
-                f.write(str(os.getpid()))
-            time.sleep(4)
-            open({str(shared_dir / "still-alive")!r}, "w").close()
-        os._exit(0)
-    """
-    result = run(assignment, submission(tmp_path, daemon))
-    assert result.score == pytest.approx(6.0)
-    pid = int((shared_dir / "pid").read_text())
-    assert not Path(f"/proc/{pid}").exists(), f"the daemon {pid} is still running after grading"
-    time.sleep(5)
-    assert not (shared_dir / "still-alive").exists()
-
-
 def test_fake_results_printed_or_written_change_nothing(assignment, tmp_path, shared_dir):
     results = shared_dir / "results.json"
     fake = json.dumps({"score": 6.0, "tests": []})
@@ -102,6 +82,10 @@ def test_patching_torch_and_pytest_in_its_own_process_gains_nothing(assignment, 
 
     def softmax(in_features, dim):
         return torch.zeros_like(in_features)
+
+
+    def scaled_dot_product_attention(Q, K, V, mask=None):
+        return torch.zeros(*Q.shape[:-1], V.shape[-1], dtype=Q.dtype)
     """
     folder = submission(tmp_path, patcher)
     (folder / "conftest.py").write_text("def pytest_runtest_makereport(item, call):\n    call.excinfo = None\n")
@@ -125,7 +109,7 @@ def test_a_memory_bomb_fails_its_case_only(assignment, tmp_path):
 def test_grading_ends_within_the_total_limit_however_slow_the_code(assignment, tmp_path):
     slow = wrap_attention("import time\ntime.sleep(30)")
     start = time.monotonic()
-    result = run(assignment, submission(tmp_path, slow), case_seconds=2, total_seconds=12)
+    result = run(assignment, submission(tmp_path, slow), case_seconds=2, total_seconds=12, timeouts_per_problem=100)
     assert time.monotonic() - start < 12 + 20
     assert scores(result)[ATTENTION] == 0
     messages = outputs_of(result, ATTENTION)

@@ -1,27 +1,31 @@
-"""Grade a folder of submissions: one grading process each, several at a time, plus a CSV.
+"""Grade a folder of submissions in one grading process, several at a time, plus a CSV.
 
-Each submission gets its own `cs-basics grade` process (its own child, uid, limits and
-results file), so one submission can neither slow nor touch another's grading beyond
-sharing the machine. For a whole course the autograder bundle scales out instead:
-Gradescope runs each submission in its own container.
+Each of `--workers` threads keeps one grading server (which imports torch once) and a uid of its
+own, and grades one submission after another in it: each submission still gets its own child
+process, namespaces and limits, and nothing of the one before it is left when it starts. For a
+course too large for one machine, `--shard I/N` grades a slice and `cs-basics merge` joins them.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import subprocess
+import signal
 import sys
-from concurrent.futures import ThreadPoolExecutor, as_completed
+import threading
 from pathlib import Path
+from threading import Lock
 
+import torch
 from rich.progress import Progress
 
 from cs_basics.harness.config import Assignment
+from cs_basics.harness.device import choose_device
+from cs_basics.harness.grade_command import grade_safely, limits_from, stopping_on_signals
 from cs_basics.harness.regrade import Planned, plan, read_results, settings_of, stamp
 from cs_basics.harness.report import SCORES, analyse, print_analysis, score_row, write_scores
 from cs_basics.harness.results import write_results
+from cs_basics.harness.sandbox import STOP, StaffError, Worker
 from cs_basics.harness.shards import resolve_shard, select
 
 
@@ -36,29 +40,26 @@ def is_batch(assignment: Assignment, folder: Path) -> bool:
     return any(sub.is_dir() and has_student_code(assignment, sub) for sub in folder.iterdir())
 
 
-def grade_command(assignment: Assignment, submission: Path, results: Path, args: argparse.Namespace) -> list[str]:
-    command = [sys.executable, "-m", "cs_basics.cli", "grade", "--quiet", "--project", str(assignment.root)]
-    command += ["--submission", str(submission), "--results", str(results)]
-    command += ["--case-seconds", str(args.case_seconds), "--total-seconds", str(args.total_seconds)]
-    command += ["--memory-mb", str(args.memory_mb)] + (["--device", args.device] if args.device else [])
-    return command
+def grade_planned(assignment: Assignment, planned: Planned, device: torch.device, worker: Worker) -> dict:
+    """Grade one submission of the batch; its results file carries the fingerprint once grading completed."""
+    result = grade_safely(assignment, planned.submission, planned.results, device, worker.limits, worker=worker)
+    error = result if isinstance(result, str) else "grading was stopped" if STOP.is_set() else ""
+    data = stamp(read_results(planned.results) or {}, None if error else planned.fingerprint, error)
+    write_results(planned.results, data)
+    return score_row(planned.submission.name, data)
 
 
-def grade_in_process(assignment: Assignment, planned: Planned, args: argparse.Namespace) -> dict:
-    submission, results = planned.submission, planned.results
-    command = grade_command(assignment, submission, results, args)
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=args.total_seconds + 300)
-        error = done.stderr.strip().splitlines()[-1:] if done.returncode else []
-        completed = done.returncode == 0
-    except subprocess.TimeoutExpired:
-        error, completed = ["the grading process did not finish"], False
-    data = stamp(json.loads(results.read_text()), planned.fingerprint if completed else None, " ".join(error))
-    write_results(results, data)
-    return score_row(submission.name, data)
+def not_graded(planned: Planned, why: str) -> dict:
+    data = stamp(read_results(planned.results) or {"score": 0.0, "tests": []}, None, why)
+    write_results(planned.results, data)
+    return score_row(planned.submission.name, data)
 
 
 def grade_many(assignment: Assignment, folder: Path, results_dir: Path, args: argparse.Namespace) -> int:
+    problems = assignment.fixture_problems()
+    if problems:  # every grade would stop on it: the staff must act first
+        print("cs-basics grade: the course's fixtures fail their checks:\n" + "\n".join(problems), file=sys.stderr)
+        return 2
     submissions = sorted(d for d in folder.iterdir() if d.is_dir() and not d.name.startswith("."))
     shard = resolve_shard(args.shard, os.environ)
     planned = plan(assignment, select(submissions, shard), results_dir, settings_of(args), args.force)
@@ -67,16 +68,37 @@ def grade_many(assignment: Assignment, folder: Path, results_dir: Path, args: ar
     todo, skipped = [p for p in planned if not p.skip], [p for p in planned if p.skip]
     rows = [score_row(p.submission.name, read_results(p.results)) for p in skipped]
     what = f"{len(planned)} submissions" + (f" (shard {shard} of {folder})" if shard else "")
-    with Progress() as progress, ThreadPoolExecutor(workers) as pool:
+    device, limits, queue, lock, failures = choose_device(args.device), limits_from(args), list(todo), Lock(), []
+
+    def take() -> Planned | None:
+        with lock:
+            return queue.pop(0) if queue and not STOP.is_set() and not failures else None
+
+    def work() -> None:
+        try:
+            with Worker(args.sandbox, limits) as worker:
+                while (planned := take()) is not None:
+                    rows.append(grade_planned(assignment, planned, device, worker))
+                    progress.advance(task)
+        except (StaffError, ValueError) as err:  # no grading server: nothing can be graded fairly
+            failures.append(str(err))
+
+    with stopping_on_signals() as came, Progress() as progress:
         task = progress.add_task(f"grading {what} ({len(skipped)} unchanged: skipped)", total=len(planned))
         progress.advance(task, len(skipped))
-        futures = [pool.submit(grade_in_process, assignment, p, args) for p in todo]
-        for future in as_completed(futures):
-            rows.append(future.result())
-            progress.advance(task)
+        threads = [threading.Thread(target=work) for _ in range(min(workers, len(todo)))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    why = f"not graded: {failures[0]}" if failures else "not graded: grading was stopped"
+    rows += [not_graded(p, why) for p in queue]
     write_scores(results_dir / SCORES, rows)
     summary = f"{what}: {len(todo)} graded, {len(skipped)} unchanged since their last grade (skipped; --force)"
     results = {p.submission.name: read_results(p.results) for p in planned}
     print_analysis(analyse(results, results_dir), caption=summary)
     print(f"{summary}; scores in {results_dir / SCORES}")
-    return 0
+    if failures:
+        print(f"cs-basics grade: {failures[0]}", file=sys.stderr)
+        return 2
+    return 128 + (came[0] if came else signal.SIGTERM) if STOP.is_set() else 0

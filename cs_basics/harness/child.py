@@ -1,11 +1,11 @@
-"""The child that runs a submission's code: the only process where student code executes.
+"""A job's cases, run in the child the grading server (zygote.py) forked: the only place student code runs.
 
-Run by path (`python -I child.py JOB_DIR`), never imported, so nothing of the grader's
-packages is loaded before it. It first imports torch and friends as whoever started it
-(staff code only), then, when started as root, drops to an unprivileged uid for good, and
-only then imports the submission. For each case it computes the outputs (and gradients)
-and writes them to `out/<case>.safetensors`; it reports progress as JSON lines on the file
-descriptor named in the job. It decides nothing: the grader compares and scores.
+Loaded by path, never as part of `cs_basics` (the student's package has that name). By the time
+`run_job` runs, the child is isolated and runs as the job's uid. It checks that this uid can read
+the whole Python environment (else the staff must act, and no student code has run), imports the
+submission, and for each case computes the outputs (and gradients) under the record of operators,
+writes them to `out/<case>.safetensors` and reports progress as JSON lines on the progress pipe.
+It decides nothing: the grader compares and scores.
 """
 
 import contextlib
@@ -17,47 +17,9 @@ import traceback
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save, save_file
+from safetensors.torch import load_file, save_file
 
 TRACEBACK_LIMIT = 4000
-
-
-def warm_up() -> None:
-    """Load, while still privileged, what student code commonly imports and torch loads lazily:
-    after the drop the interpreter's own files may be unreadable (a Python under /root)."""
-    import collections  # noqa: F401
-    import dataclasses  # noqa: F401
-    import functools  # noqa: F401
-    import itertools  # noqa: F401
-    import math  # noqa: F401
-    import typing  # noqa: F401
-
-    import einops
-    import jaxtyping  # noqa: F401
-    import numpy  # noqa: F401
-    from torch.utils._python_dispatch import TorchDispatchMode  # the record of operators loads torch._dynamo
-
-    class Passthrough(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            return func(*args, **(kwargs or {}))
-
-    with Passthrough():
-        x = torch.randn(2, 3, 4, requires_grad=True)
-        y = einops.einsum(x, x, "b i d, b j d -> b i j").masked_fill(torch.eye(3, dtype=torch.bool), -1e9)
-        (torch.exp(y - y.amax(-1, keepdim=True)) @ x).sum().backward()
-    # safetensors loads parts of numpy on its first save: save to memory, never to a file (as root, a
-    # save to os.devnull replaced /dev/null with a regular file: safetensors writes through a rename)
-    save({"x": x.detach()})
-
-
-def drop_privileges(uid: int | None) -> None:
-    if uid is None or os.getuid() != 0:
-        return
-    os.setgroups([])
-    os.setgid(uid)
-    os.setuid(uid)
-    if os.getuid() == 0 or os.geteuid() == 0:
-        raise SystemExit("could not drop root")
 
 
 class Reporter:
@@ -92,6 +54,23 @@ def save_outputs(outputs: dict, path: Path) -> None:
     save_file(tensors, str(path), metadata={"outputs": json.dumps(meta)})
 
 
+def unreachable(paths: list[str]) -> str | None:
+    """The first folder on the way to an import path that this process may not enter or read."""
+    for path in paths:
+        if not path or not os.path.isdir(path):
+            continue
+        for folder in [*reversed(Path(path).parents), Path(path)]:
+            if not os.access(folder, os.X_OK) or (folder == Path(path) and not os.access(folder, os.R_OK)):
+                mode = f"{folder.stat().st_mode & 0o777:o}" if os.access(folder.parent, os.X_OK) else "?"
+                return (
+                    f"the submission's process runs as uid {os.getuid()} and cannot enter {folder} (mode {mode}), "
+                    f"on the way to the Python environment's {path}; it could not import what lies there. Grade "
+                    "where namespaces are allowed (the grader then gives the process a view in which it can), or "
+                    "make the folders on that path world-traversable (chmod o+x), or install Python elsewhere"
+                )
+    return None
+
+
 def trusted_path(code: Path, repo: str) -> list[str]:
     """The staged code first; nothing of the staff repository (an editable install puts it on the path)."""
     keep = [p for p in sys.path if (p and not (p == repo or p.startswith(repo + os.sep))) or "site-packages" in p]
@@ -107,14 +86,17 @@ def check_origin(packages: list[str], code: Path) -> None:
             raise ImportError(f"the submission has no {name!r} package of its own (found {where})")
 
 
-def main(job_dir: Path) -> None:
-    job = json.loads((job_dir / "job.json").read_text())
-    report = Reporter(job["fd"])
-    warm_up()
-    drop_privileges(job.get("uid"))
-    code = Path(job["code"])
+def run_job(job: dict, progress: int, isolated: bool) -> None:
+    report = Reporter(progress)
+    job_dir = Path(job["dir"])
+    code = job_dir / "code"
+    problem = unreachable(sys.path)
+    if problem:
+        report.send(event="staff_error", message=problem)
+        return
     sys.path[:] = trusted_path(code, job["repo"])
-    os.chdir(job["workdir"])
+    os.chdir(job_dir / "work")
+    os.environ["HOME"] = str(job_dir / "work")
     from cs_basics.harness import record
 
     record.install()  # before the submission's code runs: threads it starts are recorded too
@@ -128,8 +110,9 @@ def main(job_dir: Path) -> None:
     except BaseException:  # a stub, a SyntaxError, an ImportError, SystemExit at import
         report.send(event="import_error", message=traceback.format_exc(limit=-6)[-TRACEBACK_LIMIT:])
         return
-    report.send(event="ready")
     device = torch.device(job["device"])
+    torch.zeros(1, device=device)  # the device's start-up (CUDA's takes seconds) counts before the first case
+    report.send(event="ready", isolated=isolated)
     for case_id in job["cases"]:
         report.send(event="start", case=case_id)
         case = cases[case_id]
@@ -146,9 +129,3 @@ def main(job_dir: Path) -> None:
             continue
         report.send(event="done", case=case_id, record=watch.record.to_json())
     report.send(event="finished")
-
-
-if __name__ == "__main__":
-    main(Path(sys.argv[1]))
-    sys.stdout.flush()
-    os._exit(0)  # skip interpreter shutdown: atexit hooks a submission registered run no code

@@ -8,10 +8,7 @@ case's inputs, and compares what comes back with expected values the child canno
 from __future__ import annotations
 
 import importlib.util
-import os
 import shutil
-import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,11 +21,10 @@ from cs_basics.harness.config import Assignment
 from cs_basics.harness.fromscratch import TOOLING, FromScratch, excluded_code, runtime_breach
 from cs_basics.harness.fromscratch import student_files as student_files  # the handout's import
 from cs_basics.harness.record import recording
-from cs_basics.harness.sandbox import CaseRun, Job, Limits, run_cases
+from cs_basics.harness.sandbox import CaseRun, Limits, StaffError, Worker, python_paths, run_cases
 
 SUBMISSION_BYTES_LIMIT = 64 << 20
 PACKAGE = Path(__file__).resolve().parents[1]  # the grader's own cs_basics
-UID_BASE = 61000  # the child's uid when the grader is root: one per grading process, no login
 
 
 class GradingError(Exception):
@@ -122,73 +118,60 @@ def case_modules(assignment: Assignment) -> list[str]:
     return modules
 
 
-def child_uid() -> int | None:
-    """As root, the child runs under a uid of its own (no other process has it)."""
-    return UID_BASE + os.getpid() % 4000 if os.geteuid() == 0 else None
-
-
-def protect_hidden(assignment: Assignment) -> str | None:
-    """As root, make the hidden folder unreadable to the child's uid (git keeps no folder modes)."""
+def protect_hidden(assignment: Assignment, worker: Worker) -> str | None:
+    """Without namespaces the job's uid sees the repository: as root, make the hidden folder unreadable to
+    it (git keeps no folder modes). With them, the job's view of the machine has no repository at all."""
     folder = assignment.hidden_dir
-    if folder is None or os.geteuid() != 0 or not folder.stat().st_mode & 0o077:
+    if folder is None or worker.uid is None or worker.isolated or not folder.stat().st_mode & 0o077:
         return None
     folder.chmod(0o700)
     return f"made {folder} private (mode 700) so the submission cannot read the hidden expected values"
 
 
-def check_reachable(uid: int | None) -> None:
-    """The child's uid must be able to read the Python environment (torch imports lazily)."""
-    if uid is None:
-        return
-    for folder in [Path(sys.prefix), *Path(sys.prefix).parents]:
-        if not folder.stat().st_mode & 0o001:
-            raise GradingError(
-                f"the submission's process runs as uid {uid} and cannot enter {folder} (mode "
-                f"{folder.stat().st_mode & 0o777:o}), on the way to the Python environment {sys.prefix}: "
-                "make the folders on that path world-traversable (chmod o+x), or grade as a non-root user"
-            )
+def job_settings(assignment: Assignment, folder: Path, device: torch.device, worker: Worker) -> dict:
+    """What the server and the child need to run a submission's cases: all of it inside the job's folder."""
+    limits = worker.limits
+    return {
+        "dir": str(folder),
+        "uid": worker.uid,
+        "limits": {"memory_mb": limits.memory_mb, "file_mb": limits.file_mb, "processes": limits.processes},
+        "python": python_paths(),
+        "hide": [str(assignment.root)],
+        "repo": str(assignment.root),
+        "adapters": assignment.adapters_module,
+        "case_modules": case_modules(assignment),
+        "student_packages": sorted({Path(p).parts[0].removesuffix(".py") for p in assignment.student_code}),
+        "device": str(device),
+        "rule": {
+            "forbidden_ops": {name: list(p.forbidden_ops) for name, p in assignment.problems.items()},
+            "student_code": [*assignment.student_code, assignment.adapters_module.replace(".", "/") + ".py"],
+            "excluded": excluded_code(assignment),
+            "record": recording(),
+        },
+    }
 
 
-def chown_tree(root: Path, uid: int) -> None:
-    for folder, dirs, files in os.walk(root):
-        for name in [folder, *(os.path.join(folder, n) for n in dirs + files)]:
-            os.chown(name, uid, uid, follow_symlinks=False)
-
-
-def run_submission(assignment: Assignment, submission: Path, cases: list[Case], device: torch.device, limits: Limits):
+def run_submission(assignment: Assignment, submission: Path, cases: list[Case], device: torch.device, worker: Worker):
     """Stage, scan and run; return (the child's runs by case id, the static breaches by problem, the child's
     output, notes)."""
-    notes = [n for n in [protect_hidden(assignment)] if n]
-    with tempfile.TemporaryDirectory(prefix="cs-basics-grade-") as tmp:
-        root = Path(tmp)
-        for folder in ("code", "inputs", "out", "work"):
-            (root / folder).mkdir()
-        stage(assignment, submission, root / "code")
-        rule = FromScratch(assignment, root / "code")
+    notes = [worker.describe(), *[n for n in [protect_hidden(assignment, worker)] if n]]
+    folder = worker.new_job_dir()
+    try:
+        stage(assignment, submission, folder / "code")
+        rule = FromScratch(assignment, folder / "code")
         found = {name: rule.static_breach(name) for name in assignment.problems}
         to_run = [c for c in cases if not found.get(c.problem)]
         for case in to_run:
-            save_file(assignment.store_for(case).load(case.id)[0], str(root / "inputs" / f"{case.id}.safetensors"))
-        uid = child_uid()
-        check_reachable(uid)
-        if uid is not None:
-            chown_tree(root, uid)
-        job = Job(
-            root=root,
-            repo=assignment.root,
-            adapters=assignment.adapters_module,
-            case_modules=case_modules(assignment),
-            student_packages=sorted({Path(p).parts[0].removesuffix(".py") for p in assignment.student_code}),
-            device=str(device),
-            uid=uid,
-            rule={
-                "forbidden_ops": {name: list(p.forbidden_ops) for name, p in assignment.problems.items()},
-                "student_code": [*assignment.student_code, assignment.adapters_module.replace(".", "/") + ".py"],
-                "excluded": excluded_code(assignment),
-                "record": recording(),
-            },
-        )
-        runs, log = run_cases(job, [c.id for c in to_run], limits) if to_run else ({}, "")
+            save_file(assignment.store_for(case).load(case.id)[0], str(folder / "inputs" / f"{case.id}.safetensors"))
+        worker.hand_over(folder)
+    except BaseException:
+        worker.clean_up(folder)
+        raise
+    job = job_settings(assignment, folder, device, worker)
+    try:
+        runs, log = run_cases(worker, job, [c.id for c in to_run], {c.id: c.problem for c in to_run})
+    except StaffError as err:
+        raise GradingError(str(err)) from None
     return runs, found, log, notes
 
 
@@ -205,17 +188,36 @@ def verdict(assignment: Assignment, case: Case, run: CaseRun, device: torch.devi
     return True, "passed"
 
 
-def grade(assignment: Assignment, submission: Path, device: torch.device, limits: Limits | None = None) -> Grade:
-    start = time.monotonic()
+def check_course(assignment: Assignment) -> list[Case]:
+    """The course's cases, each fixture loaded and verified, before any student code runs."""
     problems = assignment.fixture_problems()
     if problems:
         raise GradingError("the course's fixtures fail their checks:\n" + "\n".join(problems))
     if assignment.table.get("hidden") and assignment.hidden_dir is None:
         raise GradingError(f"[tool.cs-basics] names hidden cases, but {assignment.root} has no hidden folder")
-    cases = assignment.cases
-    for case in cases:  # loads and verifies every fixture before any student code runs
+    for case in assignment.cases:
         assignment.store_for(case).load(case.id)
-    runs, found, log, notes = run_submission(assignment, submission, cases, device, limits or Limits())
+    return assignment.cases
+
+
+def grade(
+    assignment: Assignment,
+    submission: Path,
+    device: torch.device,
+    limits: Limits | None = None,
+    worker: Worker | None = None,
+    sandbox: str | None = None,
+) -> Grade:
+    """Grade one submission, in `worker` (a batch reuses one) or in a worker of its own."""
+    start = time.monotonic()
+    cases = check_course(assignment)
+    if worker is None:
+        try:
+            with Worker(sandbox, limits) as own:
+                return grade(assignment, submission, device, worker=own)
+        except StaffError as err:
+            raise GradingError(str(err)) from None
+    runs, found, log, notes = run_submission(assignment, submission, cases, device, worker)
     for case in cases:  # a problem breaks the rule when one of its own cases ran what it forbids
         record = runs[case.id].record if case.id in runs else None
         if not found.get(case.problem) and record is not None:

@@ -129,6 +129,10 @@ class _Recorder(TorchDispatchMode):
         super().__init__()
         self.watch = watch
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        return False  # else torch wraps __torch_dispatch__ in a guard whose first call imports torch._dynamo (~2 s)
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         watch = self.watch if self.watch is not None else _active
         if watch is not None:
@@ -166,7 +170,7 @@ class Watch:
         if forbidden and str(func.overloadpacket) not in self._seen_ops:
             op = str(func.overloadpacket)
             self._seen_ops.add(op)
-            self.record.sightings.append(Sighting(op, self.frames.where(traceback.extract_stack()[:-3])))
+            self.record.sightings.append(Sighting(op, self.frames.where(traceback.extract_stack())))
 
     def tampered(self, what: str) -> None:
         self.record.tampering.append(what)

@@ -52,7 +52,8 @@ def results_file(score: float, execution_time: float, output: str, tests: list[d
 def results_json(grade: Grade) -> dict:
     tests = [test_entry(t.case, t.score, t.max_score, t.passed, t.output) for t in grade.tests]
     printed = "What your code printed (cut to the first part):\n" + grade.output if grade.output.strip() else ""
-    return results_file(grade.score, grade.execution_time, printed, tests)
+    output = "\n".join([*(note[0].upper() + note[1:] + "." for note in grade.notes), printed]).strip()
+    return results_file(grade.score, grade.execution_time, output, tests)
 
 
 def placeholder(assignment: Assignment, why: str) -> dict:

@@ -1,67 +1,57 @@
-"""Run a submission's code in a child process, under limits, and collect what it computed.
+"""Run a submission's code in a sandbox, under limits, and collect what it computed.
 
-The grader never imports student code. It stages the submission in a temporary folder,
-starts `child.py` there with resource limits (memory, file size, processes, no stdin) and,
-when it runs as root, an unprivileged uid of its own. It reads the child's progress from a
-pipe, enforces a wall-clock limit per case and per submission, keeps a bounded prefix of
-the child's output, and kills every process the child started (the grader is a child
-subreaper, so even daemons that start their own session come back to it) before it reads
-any result. A case that hangs or kills the interpreter fails alone: a fresh child takes
-the remaining cases.
+The grader never imports student code. A `Worker` starts a grading server (zygote.py), which
+imports torch once, inside bubblewrap where it runs (its own PID and network namespaces, a view
+of the filesystem that holds the Python environment and the worker's own folder and nothing of
+the course's repository, `--die-with-parent`), else as a plain child (the fallback). For each job
+the server forks a child that isolates itself further (see zygote.py) and runs the cases under a
+uid of its own when the grader is root. The grader reads the child's progress and output from
+pipes it bounds, enforces a time limit per case, per import and per submission, stops a
+problem's cases once its function has failed to return twice, and ends every process of the job
+(by uid, which nothing can outrun, and by namespace) before it reads any result. A case that
+hangs or kills the interpreter fails alone: a fresh child takes the remaining cases.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import os
-import resource
+import random
 import select
+import shutil
 import signal
+import socket
 import stat
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 
 import torch
 from safetensors.torch import load
 
 from cs_basics.harness.compare import Foreign
+from cs_basics.harness.limits import Limits
 from cs_basics.harness.record import Record
 
-CHILD = Path(__file__).with_name("child.py")
-PR_SET_CHILD_SUBREAPER = 36
+HERE = Path(__file__).resolve().parent
+SERVER_FILES = ("zygote.py", "child.py")
+SANDBOX_ENV = "CS_BASICS_SANDBOX"  # "bubblewrap", "fallback", or unset: bubblewrap where it runs
+UID_BASE, UID_COUNT = 61000, 4000  # the jobs' uids when the grader is root: no login, one per worker
 OUTPUT_FILE_LIMIT = 16 << 20  # the largest outputs file read back
+LITTER = ("/tmp", "/var/tmp", "/dev/shm")  # where a job without namespaces may leave files
+STOP = threading.Event()  # set when the grader is told to stop (SIGTERM, SIGINT, SIGHUP)
+PASSED_ENV = ("CUDA_", "NVIDIA_", "LD_LIBRARY_PATH", "OMP_NUM_THREADS", "MKL_", "ATEN_CPU_CAPABILITY")
 
 
-@dataclass(frozen=True)
-class Limits:
-    case_seconds: float = 60.0
-    import_seconds: float = 120.0  # starting the interpreter and importing torch and the submission
-    total_seconds: float = 900.0
-    memory_mb: int = 4096  # RLIMIT_DATA: torch imports in well under 1 GiB
-    file_mb: int = 64  # the largest file the child may write
-    output_kb: int = 64  # how much of the child's stdout and stderr is kept
-    processes: int = 256  # RLIMIT_NPROC, when the child runs under its own uid
-
-
-@dataclass
-class Job:
-    """Everything the child needs, all inside one staged folder."""
-
-    root: Path  # the staging folder: code/, inputs/, out/, work/
-    repo: Path  # the staff repository, kept off the child's import path
-    adapters: str
-    case_modules: list[str]
-    student_packages: list[str]
-    device: str
-    uid: int | None = None  # run as this uid (the grader is root)
-    rule: dict = field(default_factory=dict)  # what the child's record of operators looks for
+class StaffError(Exception):
+    """The sandbox cannot run the submission fairly (before any student code ran): the staff must act."""
 
 
 @dataclass
@@ -90,206 +80,489 @@ class ChildLog:
         return text + (f"\n[... {self.dropped} more bytes of output cut]" if self.dropped else "")
 
 
-def become_subreaper() -> None:
-    """Orphans of the child (daemons included) are re-parented to us, where we can kill them."""
-    if sys.platform == "linux":
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+class Lines:
+    """JSON events from the progress pipe: lines longer than `longest` dropped, at most `budget` bytes read."""
+
+    def __init__(self, longest: int, budget: int):
+        self.longest, self.budget = longest, budget
+        self.buffer, self.skipping = b"", False
+
+    def feed(self, data: bytes) -> Iterator[dict]:
+        self.budget -= len(data)
+        self.buffer += data
+        while b"\n" in self.buffer:
+            line, self.buffer = self.buffer.split(b"\n", 1)
+            if self.skipping:
+                self.skipping = False
+                continue
+            with contextlib.suppress(ValueError):
+                event = json.loads(line)
+                if isinstance(event, dict):
+                    yield event
+        if len(self.buffer) > self.longest:
+            self.buffer, self.skipping = b"", True
 
 
-def our_descendants() -> list[int]:
-    """Processes whose parent is this process (after the child dies, its orphans are too)."""
-    me, found = os.getpid(), []
+# ---------------------------------------------------------------- the sandbox and the uids
+
+
+@cache
+def bubblewrap_runs() -> bool:
+    """Whether bubblewrap is installed and may make namespaces here (a container may forbid it)."""
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        return False
+    probe = [bwrap, *bubblewrap_view([]), "--unshare-pid", "--unshare-net", "true"]
+    if os.geteuid() != 0:
+        probe[1:1] = ["--unshare-user"]
+    with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+        return subprocess.run(probe, capture_output=True, timeout=30).returncode == 0
+    return False
+
+
+def choose_sandbox(requested: str | None = None) -> str:
+    """ "bubblewrap" where it runs, else "fallback"; $CS_BASICS_SANDBOX or `requested` may ask for either."""
+    name = requested or os.environ.get(SANDBOX_ENV) or ("bubblewrap" if bubblewrap_runs() else "fallback")
+    if name not in ("bubblewrap", "fallback"):
+        raise ValueError(f"unknown sandbox {name!r} (from --sandbox or ${SANDBOX_ENV}): bubblewrap or fallback")
+    if name == "bubblewrap" and not bubblewrap_runs():
+        raise ValueError("bubblewrap was asked for, but `bwrap` is not installed or may not make namespaces here")
+    return name
+
+
+def python_paths() -> list[str]:
+    """The Python environment: the interpreter's prefix and the virtual environment's."""
+    return sorted({os.path.realpath(p) for p in (sys.base_prefix, sys.prefix, sys.exec_prefix)})
+
+
+def bubblewrap_view(writable: list[str]) -> list[str]:
+    """The filesystem the server sees: the system's programs and libraries, the Python environment
+    (read-only), fresh /proc, /dev and temporary folders, and `writable`; not /root, /home or /work."""
+    args = ["--ro-bind", "/usr", "/usr", "--ro-bind", "/etc", "/etc"]
+    for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+        if os.path.islink(top):
+            args += ["--symlink", os.readlink(top), top]
+        elif os.path.isdir(top):
+            args += ["--ro-bind", top, top]
+    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/var/tmp", "--tmpfs", "/dev/shm"]
+    for path in python_paths():
+        if not path.startswith("/usr/"):
+            args += ["--ro-bind", path, path]
+    for device in sorted(Path("/dev").glob("nvidia*")):  # a GPU, where there is one
+        args += ["--dev-bind", str(device), str(device)]
+    if any(Path("/dev").glob("nvidia*")):
+        args += ["--ro-bind", "/sys", "/sys"]
+    for path in writable:
+        args += ["--bind", path, path]
+    return args
+
+
+def process_uids() -> dict[int, int]:
+    """pid -> uid of every live process (zombies, which only wait to be reaped, left out)."""
+    found = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == me:
-                found.append(int(entry.name))
+            with contextlib.suppress(OSError):
+                if entry.joinpath("stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                    found[int(entry.name)] = entry.stat().st_uid
     return found
 
 
-def kill_everything(child: subprocess.Popen) -> None:
-    """The child, its process group and every orphan it left, until none is left."""
-    for _ in range(50):
-        for pid in [child.pid, *our_descendants()]:
-            for kill in (os.killpg, os.kill):
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    kill(pid, signal.SIGKILL)
-        try:
-            child.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            continue
-        for pid in our_descendants():
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(pid, os.WNOHANG)
-        if not our_descendants():
+def processes_of(uid: int) -> list[int]:
+    return [pid for pid, owner in process_uids().items() if owner == uid]
+
+
+def free_uid() -> int:
+    """A uid in the jobs' range that no process has."""
+    busy = set(process_uids().values())
+    start = random.randrange(UID_COUNT)
+    for offset in range(UID_COUNT):
+        uid = UID_BASE + (start + offset) % UID_COUNT
+        if uid not in busy:
+            return uid
+    raise StaffError(f"every uid from {UID_BASE} to {UID_BASE + UID_COUNT - 1} is busy")
+
+
+def kill_uid(uid: int) -> None:
+    """Every process of `uid`, wherever it runs: `kill -9 -1` as that uid, again until none is left
+    (the kernel signals them all in one pass, so forking faster cannot outrun it)."""
+    kill = shutil.which("kill") or "/bin/kill"
+    for _ in range(100):
+        done = subprocess.run([kill, "-9", "-1"], user=uid, group=uid, extra_groups=[], capture_output=True)
+        if done.returncode != 0 and not processes_of(uid):
             return
-        time.sleep(0.05)
+        time.sleep(0.01)
 
 
-def limit_resources(limits: Limits, own_uid: bool) -> None:
-    """In the child, before exec: rlimits only (the uid is dropped later, after torch loads)."""
-    if limits.memory_mb:
-        size = limits.memory_mb << 20
-        resource.setrlimit(resource.RLIMIT_DATA, (size, size))
-    resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_mb << 20, limits.file_mb << 20))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    if own_uid:
-        resource.setrlimit(resource.RLIMIT_NPROC, (limits.processes, limits.processes))
+def remove_litter(uid: int) -> None:
+    """Files a job without namespaces of its own left in the shared temporary folders."""
+    for top in LITTER:
+        for folder, dirs, files in os.walk(top, topdown=False):
+            for name in [*files, *dirs]:
+                path = os.path.join(folder, name)
+                with contextlib.suppress(OSError):
+                    if os.lstat(path).st_uid == uid:
+                        shutil.rmtree(path) if os.path.isdir(path) and not os.path.islink(path) else os.unlink(path)
 
 
-def start_child(job: Job, cases: list[str], limits: Limits) -> tuple[subprocess.Popen, int]:
-    read_end, write_end = os.pipe()
-    settings = {
-        "fd": write_end,
-        "uid": job.uid,
-        "code": str(job.root / "code"),
-        "workdir": str(job.root / "work"),
-        "repo": str(job.repo),
-        "adapters": job.adapters,
-        "case_modules": job.case_modules,
-        "student_packages": job.student_packages,
-        "device": job.device,
-        "cases": cases,
-        "rule": job.rule,
-    }
-    (job.root / "job.json").write_text(json.dumps(settings))
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(job.root / "work"), "PYTHONHASHSEED": "0"}
-    env |= {k: v for k, v in os.environ.items() if k.startswith(("CUDA_", "NVIDIA_")) or k == "LD_LIBRARY_PATH"}
-    child = subprocess.Popen(
-        [sys.executable, "-I", "-X", "utf8", str(CHILD), str(job.root)],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        pass_fds=(write_end,),
-        cwd=job.root / "work",
-        env=env,
-        start_new_session=True,
-        preexec_fn=lambda: limit_resources(limits, job.uid is not None),
-    )
-    os.close(write_end)
-    return child, read_end
+# ---------------------------------------------------------------- the grading server
 
 
-def drain(stream, log: ChildLog) -> threading.Thread:
-    def run() -> None:
-        while chunk := stream.read1(65536):
-            log.add(chunk)
+class Server:
+    """The grader's end of one grading server (zygote.py)."""
 
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return thread
+    def __init__(self, sandbox: str, root: Path, limits: Limits):
+        self.sandbox, self.root, self.limits = sandbox, root, limits
+        tool = root / "tool"
+        tool.mkdir(exist_ok=True)
+        for name in SERVER_FILES:
+            shutil.copyfile(HERE / name, tool / name)
+        self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        command = [sys.executable, "-I", "-X", "utf8", str(tool / "zygote.py"), str(theirs.fileno())]
+        if sandbox == "bubblewrap":
+            command = self.bubblewrap(command)
+        self.process = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            pass_fds=(theirs.fileno(),),
+            cwd=root,
+            env=server_env(root),
+            start_new_session=True,
+        )
+        theirs.close()
+        ready = self.receive(limits.import_seconds)
+        if not ready or not ready.get("ready"):
+            self.close()
+            raise StaffError(f"the grading server did not start in {limits.import_seconds:.0f} s ({sandbox})")
+        self.namespaces = bool(ready.get("namespaces"))  # whether each job gets namespaces of its own
 
+    def bubblewrap(self, command: list[str]) -> list[str]:
+        sandbox = [shutil.which("bwrap"), "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-net"]
+        sandbox += ["--unshare-ipc", "--unshare-uts", *bubblewrap_view([str(self.root)]), "--chdir", str(self.root)]
+        if os.geteuid() != 0:  # an ordinary user: a user namespace, in which the server may make more
+            sandbox += ["--unshare-user", "--uid", "0", "--gid", "0", "--cap-add", "ALL"]
+        return [*sandbox, "--", *command]
 
-def events(fd: int, deadline: Callable[[], float]) -> Iterator[dict | None]:
-    """The child's JSON lines; None when `deadline()` passes first. Ends at end of file."""
-    buffer = b""
-    while True:
-        while b"\n" in buffer:
-            line, buffer = buffer.split(b"\n", 1)
-            try:
-                event = json.loads(line)
-            except ValueError:
-                continue  # not ours: something wrote to our pipe
-            if isinstance(event, dict):
-                yield event
-        ready, _, _ = select.select([fd], [], [], max(deadline() - time.monotonic(), 0))
+    def send(self, message: dict, fds: tuple[int, ...] = ()) -> None:
+        socket.send_fds(self.sock, [json.dumps(message).encode()], list(fds))
+
+    def receive(self, timeout: float) -> dict | None:
+        """The next message; None if none came in time; {"gone": True} when the server has ended."""
+        ready, _, _ = select.select([self.sock], [], [], max(timeout, 0))
         if not ready:
-            yield None
-            continue
-        chunk = os.read(fd, 65536)
-        if not chunk:
+            return None
+        try:
+            data = self.sock.recv(1 << 16)
+        except OSError:
+            data = b""
+        return json.loads(data) if data else {"gone": True}
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.close()
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(timeout=10)
+
+
+def server_env(root: Path) -> dict[str, str]:
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(root), "PYTHONHASHSEED": "0"}
+    return env | {k: v for k, v in os.environ.items() if k.startswith(PASSED_ENV)}
+
+
+# ---------------------------------------------------------------- a worker: one server, one uid, one job at a time
+
+
+class Worker:
+    """A grading server and a uid of its own, reused for one submission after another."""
+
+    def __init__(self, sandbox: str | None = None, limits: Limits | None = None):
+        self.sandbox = choose_sandbox(sandbox)
+        self.limits = limits or Limits()
+        self.uid = free_uid() if os.geteuid() == 0 else None
+        self.root = Path(tempfile.mkdtemp(prefix="cs-basics-grade-"))
+        self.root.chmod(0o711)  # the job's uid passes through to its own folder
+        self.server: Server | None = None
+        self.jobs = 0
+        self.attempts = 0
+
+    def __enter__(self) -> Worker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def isolated(self) -> bool:
+        """Whether each job gets namespaces of its own (no network, private temporary folders)."""
+        return self.ensure_server().namespaces
+
+    def describe(self) -> str:
+        where = "a bubblewrap sandbox" if self.sandbox == "bubblewrap" else "the fallback sandbox (no bubblewrap)"
+        who = f"uid {self.uid}" if self.uid is not None else "the grader's own uid (not root)"
+        alone = "its own namespaces (no network, private /tmp)" if self.isolated else "no namespaces of its own"
+        return f"graded in {where}, as {who}, with {alone}"
+
+    def next_id(self) -> int:
+        self.attempts += 1
+        return self.attempts
+
+    def new_job_dir(self) -> Path:
+        self.jobs += 1
+        folder = self.root / "jobs" / str(self.jobs)
+        for sub in ("code", "inputs", "out", "work"):
+            (folder / sub).mkdir(parents=True)
+        os.chmod(folder.parent, 0o711)
+        return folder
+
+    def hand_over(self, folder: Path) -> None:
+        """As root: the job's uid may write only its out/ and work/ folders."""
+        for path in (folder, *folder.rglob("*")):
+            os.chmod(path, 0o755 if path.is_dir() else 0o644, follow_symlinks=False)
+        if self.uid is not None:
+            for sub in ("out", "work"):
+                os.chown(folder / sub, self.uid, self.uid)
+
+    def ensure_server(self) -> Server:
+        if self.server is None or self.server.process.poll() is not None:
+            if self.server is not None:
+                self.server.close()
+            self.server = Server(self.sandbox, self.root, self.limits)
+        return self.server
+
+    def end_job(self, job_id: int) -> None:
+        """Every process of the job, gone."""
+        if self.uid is not None:
+            kill_uid(self.uid)
+        if self.server is not None:
+            with contextlib.suppress(OSError):
+                self.server.send({"op": "kill", "id": job_id})
+
+    def clean_up(self, folder: Path) -> None:
+        """After a submission: nothing of it left running or lying around."""
+        if self.uid is not None:
+            kill_uid(self.uid)
+            if not self.isolated:  # with namespaces its temporary folders went with it
+                remove_litter(self.uid)
+        shutil.rmtree(folder, ignore_errors=True)
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+            self.server = None
+        if self.uid is not None:
+            kill_uid(self.uid)
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+# ---------------------------------------------------------------- one attempt at a job's cases
+
+
+class Attempt:
+    """One child over some cases: its progress events, its output, how it ended."""
+
+    def __init__(self, worker: Worker, job: dict, log: ChildLog):
+        self.worker, self.log = worker, log
+        self.server = worker.ensure_server()
+        self.id = job["id"]
+        progress_r, progress_w = os.pipe()
+        output_r, output_w = os.pipe()
+        self.server.send({"op": "run", "job": job}, (progress_w, output_w))
+        os.close(progress_w)
+        os.close(output_w)
+        self.fds = {progress_r: "progress", output_r: "output"}
+        self.lines = Lines(worker.limits.progress_line_kb << 10, worker.limits.progress_mb << 20)
+        self.how: str | None = None  # set once the job's process has ended
+
+    def events(self, deadline: Callable[[], float]) -> Iterator[dict | None]:
+        """The child's events; None when `deadline()` passes or the grader is told to stop. Ends when
+        the job's process has ended and what it wrote is read."""
+        while True:
+            wait = min(deadline() - time.monotonic(), 0.25) if self.how is None else 0
+            if STOP.is_set() or (self.how is None and deadline() <= time.monotonic()):
+                yield None
+                continue
+            ready, _, _ = select.select([*self.fds, self.server.sock] if self.how is None else list(self.fds), [], [],
+                                        max(wait, 0))  # fmt: skip
+            if not ready and self.how is not None:
+                return
+            for fd in ready:
+                if fd is self.server.sock:
+                    self.hear()
+                    continue
+                yield from self.read(fd)
+
+    def read(self, fd: int) -> Iterator[dict]:
+        data = os.read(fd, 65536)
+        if self.fds[fd] == "output" and data:
+            self.log.add(data)
+        elif data:
+            yield from self.lines.feed(data)
+        if not data or (self.fds[fd] == "progress" and self.lines.budget <= 0):  # past its budget: no more read
+            self.fds.pop(fd)
+            os.close(fd)
+
+    def hear(self) -> None:
+        message = self.server.receive(0)
+        if message is None:
             return
-        buffer += chunk
+        if message.get("gone"):
+            self.how = self.how or "was stopped with the grading server"
+        elif message.get("ended") == self.id:
+            self.how = message.get("how", "ended")
+
+    def end(self) -> None:
+        """Kill whatever is left of the job, wait until the server says it ended, close the pipes."""
+        if self.how is None:
+            self.worker.end_job(self.id)
+            deadline = time.monotonic() + 10
+            while self.how is None and time.monotonic() < deadline:
+                self.hear() if select.select([self.server.sock], [], [], 0.2)[0] else None
+            if self.how is None:  # the server itself is stuck: a fresh one for the next job
+                self.server.close()
+                self.how = "was killed"
+        for fd in self.fds:
+            os.close(fd)
+        self.fds = {}
 
 
-def how_it_ended(child: subprocess.Popen) -> str:
-    code = child.poll()
-    if code is None:
-        return "was still running"
-    if code < 0:
-        return f"was killed by signal {signal.Signals(-code).name}"
-    return f"exited with status {code}"
-
-
-def run_once(job: Job, cases: list[str], limits: Limits, runs: dict[str, CaseRun], log: ChildLog, stop_at: float):
-    """One child over `cases`; fills `runs` for the cases it reached. Returns the unreached ones,
-    and whether a fresh child should take them (not after an import failure or the total limit)."""
-    child, fd = start_child(job, cases, limits)
-    reader = drain(child.stdout, log)
+def run_once(worker: Worker, job: dict, cases: list[str], state: RunState) -> tuple[list[str], bool]:
+    """One child over `cases`; fills `state.runs` for the cases it reached. Returns the unreached ones,
+    and whether a fresh child should take them (not after an import failure, the total limit or a stop)."""
+    limits = worker.limits
+    attempt = Attempt(worker, job | {"cases": cases}, state.log)
     current, started = None, time.monotonic()
-    deadline = min(started + limits.import_seconds, stop_at)
+    deadline = min(started + limits.import_seconds, state.stop_at)
     remaining = list(cases)
     try:
-        for event in events(fd, lambda: deadline):  # noqa: B023 (late binding wanted: the deadline moves)
-            if event is None:  # a limit passed
-                total = time.monotonic() >= stop_at
-                why = f"the submission's total time limit ({limits.total_seconds:.0f} s) ran out"
-                if current is None:
-                    why = why if total else f"importing the submission took over {limits.import_seconds:.0f} s"
-                    for case in remaining:
-                        runs[case] = CaseRun(error=why)
-                    return [], False
-                if not total:
-                    why = f"the case ran over its time limit of {limits.case_seconds:.0f} s (an endless loop?)"
-                runs[current] = CaseRun(error=why, seconds=time.monotonic() - started)
-                remaining.remove(current)
-                return remaining, not total
+        for event in attempt.events(lambda: deadline):  # noqa: B023 (late binding wanted: the deadline moves)
+            if event is None:  # a limit passed, or the grader is stopping
+                return state.out_of_time(remaining, current, started)
             kind, case = event.get("event"), event.get("case")
+            if kind == "staff_error":
+                raise StaffError(str(event.get("message", "")))
             if kind == "import_error":
-                for name in remaining:
-                    runs[name] = CaseRun(error=f"your code failed to import:\n{event.get('message', '')}")
+                state.fail(remaining, f"your code failed to import:\n{event.get('message', '')}")
                 return [], False
-            if kind == "start" and case in remaining:
+            if kind == "ready":
+                deadline = state.stop_at
+            elif kind == "start" and case in remaining:
                 current, started = case, time.monotonic()
-                deadline = min(started + limits.case_seconds, stop_at)
+                deadline = min(started + limits.case_seconds, state.stop_at)
             elif kind in ("done", "error") and case == current:
-                seconds = time.monotonic() - started
-                record = Record.from_json(event.get("record", {}))
-                if kind == "done":
-                    runs[case] = CaseRun(outputs={}, seconds=seconds, record=record)  # read once the child is gone
-                else:
-                    error = f"your code raised {event.get('message')}\n{event.get('traceback', '')}"
-                    runs[case] = CaseRun(error=error, record=record)
+                state.finish(case, event, time.monotonic() - started)
                 remaining.remove(case)
-                current = None
-                deadline = stop_at
+                current, deadline = None, state.stop_at
             elif kind == "finished":
                 break
+        attempt.end()
+        flooded = attempt.lines.budget <= 0
+        if flooded:
+            why = (
+                f"your code wrote over {limits.progress_mb} MiB to the grader's progress pipe, which it stopped reading"
+            )
+            state.fail(remaining, why)
+            return [], False
         if remaining and current is not None:  # the pipe closed mid-case: the interpreter died
-            kill_everything(child)
-            ended = how_it_ended(child)
-            runs[current] = CaseRun(error=f"the Python process running your code {ended} during this case")
+            state.fail([current], f"the Python process running your code {attempt.how} during this case")
             remaining.remove(current)
         elif remaining:
-            kill_everything(child)
-            for name in remaining:
-                runs[name] = CaseRun(error=f"the Python process running your code {how_it_ended(child)} before it ran")
+            state.fail(remaining, f"the Python process running your code {attempt.how} before it ran")
             return [], False
         return remaining, True
     finally:
-        kill_everything(child)
-        os.close(fd)
-        reader.join(timeout=5)
+        attempt.end()
 
 
-def run_cases(job: Job, cases: list[str], limits: Limits) -> tuple[dict[str, CaseRun], str]:
+@dataclass
+class RunState:
+    """What the attempts at one submission's cases have found so far."""
+
+    problems: dict[str, str]  # case id -> its problem
+    limits: Limits
+    stop_at: float
+    log: ChildLog
+    runs: dict[str, CaseRun] = field(default_factory=dict)
+    timeouts: dict[str, list[str]] = field(default_factory=dict)  # problem -> its cases that ran out of time
+
+    def fail(self, cases: list[str], error: str) -> None:
+        for case in cases:
+            self.runs[case] = CaseRun(error=error)
+
+    def finish(self, case: str, event: dict, seconds: float) -> None:
+        record = Record.from_json(event.get("record", {}))
+        if event.get("event") == "done":
+            self.runs[case] = CaseRun(outputs={}, seconds=seconds, record=record)  # read once the child is gone
+        else:
+            error = f"your code raised {event.get('message')}\n{event.get('traceback', '')}"
+            self.runs[case] = CaseRun(error=error, seconds=seconds, record=record)
+
+    def out_of_time(self, remaining: list[str], current: str | None, started: float) -> tuple[list[str], bool]:
+        """Mark what a passed limit (or a stop) cost; return the cases a fresh child may still take."""
+        if STOP.is_set():
+            self.fail(remaining, f"not run: grading was stopped ({stop_reason()})")
+            return [], False
+        total = time.monotonic() >= self.stop_at
+        why = f"the submission's total time limit ({self.limits.total_seconds:.0f} s) ran out"
+        if current is None:
+            self.fail(
+                remaining, why if total else f"importing the submission took over {self.limits.import_seconds:.0f} s"
+            )
+            return [], False
+        if total:
+            self.fail(remaining, why)
+            return [], False
+        why = f"the case ran over its time limit of {self.limits.case_seconds:.0f} s (an endless loop?)"
+        self.timeouts.setdefault(self.problems[current], []).append(current)
+        self.runs[current] = CaseRun(error=why, seconds=time.monotonic() - started)
+        return [c for c in remaining if c != current], True
+
+    def skip_stuck_problems(self, cases: list[str]) -> list[str]:
+        """Cases of a problem whose function already failed to return `timeouts_per_problem` times are not run."""
+        left = []
+        for case in cases:
+            stuck = self.timeouts.get(self.problems[case], [])
+            if len(stuck) >= self.limits.timeouts_per_problem:
+                self.runs[case] = CaseRun(error=f"not run: your function did not return on cases {' and '.join(stuck)}")
+            else:
+                left.append(case)
+        return left
+
+
+_stop_reason = [""]
+
+
+def stop_reason() -> str:
+    return _stop_reason[0] or "stopped"
+
+
+def request_stop(reason: str) -> None:
+    """Stop grading soon: running jobs are ended and their cases marked, results are still written."""
+    _stop_reason[0] = reason
+    STOP.set()
+
+
+def run_cases(worker: Worker, job: dict, cases: list[str], problems: dict[str, str]) -> tuple[dict[str, CaseRun], str]:
     """Run every case in children; read their outputs only once every child is gone."""
-    become_subreaper()
-    runs: dict[str, CaseRun] = {}
-    log = ChildLog(limits.output_kb * 1024)
-    stop_at = time.monotonic() + limits.total_seconds
+    limits = worker.limits
+    state = RunState(problems, limits, time.monotonic() + limits.total_seconds, ChildLog(limits.output_kb * 1024))
     remaining, retry = list(cases), True
-    while remaining and retry:
-        remaining, retry = run_once(job, remaining, limits, runs, log, stop_at)
-    for name in remaining:
-        runs[name] = CaseRun(error="not run: an earlier failure stopped the submission's process")
-    for name, run in runs.items():
-        if run.error is None:
-            run.outputs, run.error = read_outputs(job.root / "out" / f"{name}.safetensors")
-    return runs, log.text()
+    folder = Path(job["dir"])
+    try:
+        while remaining and retry:
+            remaining = state.skip_stuck_problems(remaining)
+            if remaining:
+                remaining, retry = run_once(worker, job | {"id": worker.next_id()}, remaining, state)
+        state.fail(remaining, "not run: an earlier failure stopped the submission's process")
+        for name, run in state.runs.items():
+            if run.error is None:
+                if worker.uid is not None:
+                    kill_uid(worker.uid)  # nothing of the job may still write while the outputs are read
+                run.outputs, run.error = read_outputs(folder / "out" / f"{name}.safetensors")
+    finally:
+        worker.clean_up(folder)
+    return state.runs, state.log.text()
 
 
 def read_outputs(path: Path) -> tuple[dict | None, str | None]:

@@ -1,0 +1,19 @@
+"""The limits a submission's code runs under (no torch here: the command line reads the defaults)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Limits:
+    case_seconds: float = 20.0  # each case; the reference needs milliseconds
+    import_seconds: float = 120.0  # importing the submission (and the device's start-up)
+    total_seconds: float = 480.0  # the whole submission: results are written well inside Gradescope's 10 minutes
+    timeouts_per_problem: int = 2  # after this many cases of a problem ran out of time, its other cases are not run
+    memory_mb: int = 4096  # RLIMIT_DATA: torch imports in well under 1 GiB
+    file_mb: int = 64  # the largest file the child may write
+    output_kb: int = 64  # how much of the child's stdout and stderr is kept
+    processes: int = 256  # RLIMIT_NPROC, when the child runs under its own uid
+    progress_line_kb: int = 64  # a longer line on the progress pipe is dropped
+    progress_mb: int = 16  # the most the grader reads from the progress pipe of one job

@@ -1,0 +1,328 @@
+"""The grading server: imports torch once, then forks one isolated child per job of student code.
+
+Run by path (`python -I zygote.py FD`), inside the sandbox the grader starts (bubblewrap where it
+runs), never imported, and it never imports student code: only the children it forks do. It talks
+to the grader over a SOCK_SEQPACKET socket, one JSON message each way:
+- grader -> server: {"op": "run", "job": {...}} with two file descriptors (the job's progress pipe
+  and its output pipe), or {"op": "kill", "id": N};
+- server -> grader: {"ready": ...}, {"started": N}, {"ended": N, "how": "exited with status 0"}.
+
+Each job's child (`run_child`) cuts itself off before any student code runs:
+- as root, new mount, network, IPC and PID namespaces: fresh tmpfs over /tmp, /var/tmp and
+  /dev/shm (its job folder bound back), the course repository hidden, folders on the way to the
+  Python environment that its uid could not enter replaced by ones it can, only loopback, and
+  the student's process as the child of the namespace's first process, so that all of it ends
+  with the job; where the kernel refuses namespaces, none of these;
+- resource limits, then its own uid (as root), then the parent-death signal again (a uid change
+  clears it), then it runs the cases (child.py).
+"""
+
+import contextlib
+import ctypes
+import errno
+import fcntl
+import importlib.util
+import json
+import os
+import resource
+import select
+import signal
+import socket
+import struct
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+libc = ctypes.CDLL(None, use_errno=True)
+CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWPID, CLONE_NEWNET = 0x20000, 0x08000000, 0x20000000, 0x40000000
+MS_NOSUID, MS_NODEV, MS_BIND, MS_REC, MS_PRIVATE = 2, 4, 4096, 16384, 1 << 18
+MNT_DETACH = 2
+PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
+SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 1
+STASH = "/dev/shm"  # mounted over first, to hold what the other mounts must keep, then made fresh
+CHILD = []  # child.py, loaded once by the server (its folder is out of a job's view)
+
+
+# ---------------------------------------------------------------- system calls
+
+
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def mount(source: str, target: str, fstype: str = "", flags: int = 0, data: str = "") -> None:
+    args = [s.encode() if s else None for s in (source, target, fstype)]
+    _check(libc.mount(*args, ctypes.c_ulong(flags), data.encode() if data else None), f"mount {target}")
+
+
+def umount(target: str) -> None:
+    _check(libc.umount2(target.encode(), MNT_DETACH), f"umount {target}")
+
+
+def tmpfs(target: str, mode: str) -> None:
+    mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV, f"mode={mode}")
+
+
+def set_death_signal(sig: int = signal.SIGKILL) -> None:
+    libc.prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0)
+
+
+def loopback_up() -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        request = struct.pack("16sH14s", b"lo", 0, b"")
+        flags = struct.unpack("16sH14s", fcntl.ioctl(s, SIOCGIFFLAGS, request))[1]
+        fcntl.ioctl(s, SIOCSIFFLAGS, struct.pack("16sH14s", b"lo", flags | IFF_UP, b""))
+
+
+# ---------------------------------------------------------------- the child's view of the machine
+
+
+def blocked_ancestors(paths: list[str], uid: int) -> list[str]:
+    """The highest folders on the way to `paths` that `uid` may not enter (a Python under /root)."""
+    found = []
+    for path in paths:
+        for folder in [*reversed(Path(path).parents), Path(path)]:
+            st = folder.stat()
+            if not (st.st_mode & 0o001 or (st.st_uid == uid and st.st_mode & 0o100)):
+                found.append(str(folder))
+                break
+    return sorted({f for f in found if not any(f != g and Path(f).is_relative_to(g) for g in found)})
+
+
+def replace_folder(target: str, mode: str, keep: list[str], stash: str) -> None:
+    """A fresh tmpfs over `target`, with each path of `keep` (inside it) bound back where it was."""
+    inside = [k for k in keep if Path(k).is_relative_to(target) and Path(k) != Path(target)]
+    held = []
+    for i, path in enumerate(inside):
+        spot = f"{stash}/{i}-{abs(hash((target, path)))}"
+        os.mkdir(spot)
+        mount(path, spot, flags=MS_BIND | MS_REC)
+        held.append((spot, path))
+    tmpfs(target, mode)
+    for spot, path in held:
+        os.makedirs(path, mode=0o755, exist_ok=True)
+        mount(spot, path, flags=MS_BIND | MS_REC)
+        umount(spot)
+        os.rmdir(spot)
+
+
+def build_view(job: dict) -> None:
+    """In the child's own mount namespace: private temporary folders, the repository hidden, the
+    Python environment reachable by the job's uid. Nothing of this reaches the rest of the machine."""
+    mount("", "/", flags=MS_REC | MS_PRIVATE)
+    uid, keep = job.get("uid"), [*job["python"], job["dir"]]
+    tmpfs(STASH, "700")
+    for folder in job.get("hide", []):  # the course's repository: the child needs none of it
+        if os.path.isdir(folder):
+            replace_folder(folder, "755", keep, STASH)
+    if uid is not None:
+        for folder in blocked_ancestors(keep, uid):
+            replace_folder(folder, "755", keep, STASH)
+    for folder in ("/tmp", "/var/tmp"):
+        if os.path.isdir(folder):
+            replace_folder(folder, "1777", keep, STASH)
+    umount(STASH)
+    tmpfs("/dev/shm", "1777")
+
+
+def enter_namespaces(job: dict) -> bool:
+    """As root: new namespaces for this child and what it starts; False where the kernel refuses them."""
+    if libc.unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWNET | CLONE_NEWPID) != 0:
+        return False
+    build_view(job)
+    with contextlib.suppress(OSError):
+        loopback_up()
+    return True
+
+
+def limit(job: dict) -> None:
+    limits = job["limits"]
+    if limits.get("memory_mb"):
+        size = limits["memory_mb"] << 20
+        resource.setrlimit(resource.RLIMIT_DATA, (size, size))
+    size = limits["file_mb"] << 20
+    resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if job.get("uid") is not None:
+        resource.setrlimit(resource.RLIMIT_NPROC, (limits["processes"], limits["processes"]))
+
+
+def become(uid: int | None) -> None:
+    """The job's own uid for good; then the parent-death signal again, which the change cleared."""
+    if uid is not None and os.getuid() == 0:
+        os.setgroups([])
+        os.setgid(uid)
+        os.setuid(uid)
+        if os.getuid() == 0 or os.geteuid() == 0:
+            raise SystemExit("could not drop root")
+    set_death_signal()
+    libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+
+
+def relay(pid: int) -> None:
+    """Wait for `pid`, reaping any orphan meanwhile (the namespace's first process does), and end
+    as it ended: its exit status, or 128 + the signal that killed it."""
+    while True:
+        try:
+            done, status = os.waitpid(-1, 0)
+        except ChildProcessError:
+            os._exit(0)
+        if done == pid:
+            os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status))
+
+
+def run_child(job: dict, progress: int, output: int) -> None:
+    """In the forked child: isolate, then run the job's cases. Never returns."""
+    try:
+        os.setsid()
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(output, 1)
+        os.dup2(output, 2)
+        os.close(output)
+        set_death_signal()
+        isolated = os.getuid() == 0 and enter_namespaces(job)
+        if isolated:  # this process stays outside the new PID namespace: its first child is the first inside
+            first = os.fork()
+            if first:
+                relay(first)
+            set_death_signal()
+            mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV)
+            student = os.fork()
+            if student:
+                relay(student)
+            set_death_signal()
+        limit(job)
+        become(job.get("uid"))
+        CHILD[0].run_job(job, progress, isolated)
+    except BaseException as err:  # before any student code: the staff must hear of it
+        with contextlib.suppress(OSError):
+            message = {"event": "staff_error", "message": f"{type(err).__name__}: {err}"}
+            os.write(progress, (json.dumps(message) + "\n").encode())
+    finally:
+        sys.stdout.flush()
+        os._exit(0)  # skip interpreter shutdown: atexit hooks a submission registered run no code
+
+
+def load(name: str):
+    """A module beside this file, by path (never `cs_basics`: the student's package has that name)."""
+    spec = importlib.util.spec_from_file_location(f"_grading_{name}", HERE / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# ---------------------------------------------------------------- the server
+
+
+def warm_up() -> None:
+    """What every job needs, loaded once here instead of in each child (speed only: a child's uid
+    can reach the whole environment, or the child says so before any student code runs)."""
+    import numpy  # noqa: F401
+    import torch
+    from safetensors.torch import save
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    for name in ("einops", "jaxtyping", "beartype", "einx"):
+        with contextlib.suppress(ImportError):
+            __import__(name)
+
+    class Passthrough(TorchDispatchMode):  # the record of operators loads torch._dynamo on first use
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    with Passthrough():  # tiny tensors: no thread pool starts before the forks
+        x = torch.ones(2, 3, requires_grad=True)
+        (torch.exp(x - x.amax(-1, keepdim=True)) @ x.mT).sum().backward()
+    save({"x": x.detach()})  # safetensors loads parts of numpy on its first save: in memory, never a file
+
+
+def namespaces_allowed() -> bool:
+    """Whether a child may make the namespaces `enter_namespaces` makes (a container may forbid them)."""
+    if os.getuid() != 0:
+        return False
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0 if libc.unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWNET | CLONE_NEWPID) == 0 else 1)
+    return os.waitpid(pid, 0)[1] == 0
+
+
+def describe_status(status: int) -> str:
+    if os.WIFSIGNALED(status):
+        return f"was killed by signal {signal.Signals(os.WTERMSIG(status)).name}"
+    code = os.WEXITSTATUS(status)
+    if code > 128 and code - 128 in signal.valid_signals():  # relayed from inside the namespace
+        return f"was killed by signal {signal.Signals(code - 128).name}"
+    return f"exited with status {code}"
+
+
+class Server:
+    def __init__(self, sock: socket.socket):
+        self.sock = sock
+        self.jobs: dict[int, int] = {}  # pid -> job id
+
+    def send(self, **message: object) -> None:
+        self.sock.send(json.dumps(message).encode())
+
+    def serve(self) -> None:
+        self.send(ready=True, pid=os.getpid(), uid=os.getuid(), namespaces=namespaces_allowed())
+        while True:
+            ready, _, _ = select.select([self.sock], [], [], 0.05)
+            if ready:
+                data, fds, _, _ = socket.recv_fds(self.sock, 1 << 20, 4)
+                if not data:
+                    return  # the grader is gone
+                self.handle(json.loads(data), fds)
+            self.reap()
+
+    def handle(self, message: dict, fds: list[int]) -> None:
+        if message.get("op") == "run":
+            job = message["job"]
+            pid = os.fork()
+            if pid == 0:
+                self.sock.close()
+                run_child(job, *fds)
+            for fd in fds:
+                os.close(fd)
+            self.jobs[pid] = job["id"]
+            self.send(started=job["id"])
+        elif message.get("op") == "kill":
+            for pid, job in self.jobs.items():
+                if job == message.get("id"):
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(pid, signal.SIGKILL)  # its session; with namespaces, all of it
+                        os.kill(pid, signal.SIGKILL)
+
+    def reap(self) -> None:
+        while self.jobs:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            job = self.jobs.pop(pid, None)
+            if job is not None:
+                self.send(ended=job, how=describe_status(status))
+
+
+def main() -> None:
+    sock = socket.socket(fileno=int(sys.argv[1]))
+    set_death_signal()  # the grader gone, so is this server (and, through theirs, every child)
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+    warm_up()
+    CHILD.append(load("child"))
+    try:
+        Server(sock).serve()
+    except (OSError, ValueError) as err:
+        if err.errno not in (errno.EPIPE, errno.ECONNRESET, None):
+            raise
+
+
+if __name__ == "__main__":
+    started = time.monotonic()
+    main()
+    os._exit(0)

@@ -1,0 +1,294 @@
+"""Grading that holds when the submission fights back or the grader is killed, in both sandboxes.
+
+Each hostile submission is graded with bubblewrap and with the fallback (`--sandbox fallback`, what
+runs where bubblewrap does not): the scores, the time it took and what is left afterwards are
+checked. A worker (a grading server and a uid) is shared by the tests of one sandbox, so each test
+also shows that nothing of the submission before it leaks into the next. The defences that need a
+root grader (the jobs' own uid, namespaces) run when the tests run as root, and say so otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+import tracemalloc
+import uuid
+from pathlib import Path
+
+import pytest
+import torch
+
+from cs_basics.harness.grading import grade
+from cs_basics.harness.limits import Limits
+from cs_basics.harness.sandbox import UID_BASE, UID_COUNT, Worker, bubblewrap_runs, process_uids, processes_of
+
+from .submissions import ROOT, outputs_of, scores, submission, wrap_attention
+
+ATTENTION, SOFTMAX = "scaled_dot_product_attention", "softmax"
+FULL = {SOFTMAX: 1.0, ATTENTION: 5.0}
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="the jobs' own uid and namespaces need a root grader")
+SANDBOXES = [
+    pytest.param(
+        "bubblewrap",
+        marks=pytest.mark.skipif(not bubblewrap_runs(), reason="bubblewrap is not installed here: only the fallback"),
+    ),
+    "fallback",
+]
+
+
+@pytest.fixture(scope="module", params=SANDBOXES)
+def worker(request):
+    with Worker(request.param, Limits(case_seconds=10)) as shared:
+        yield shared
+
+
+def graded(assignment, worker, folder):
+    start = time.monotonic()
+    result = grade(assignment, folder, torch.device("cpu"), worker=worker)
+    return result, time.monotonic() - start
+
+
+def left_running(worker) -> list[int]:
+    return processes_of(worker.uid) if worker.uid is not None else []
+
+
+def job_uids() -> set[int]:
+    return {uid for uid in process_uids().values() if UID_BASE <= uid < UID_BASE + UID_COUNT}
+
+
+# ---------------------------------------------------------------- what the submission leaves behind
+
+
+@needs_root
+def test_a_chain_of_processes_that_fork_and_exit_leaves_nothing_running(assignment, worker, tmp_path):
+    chain = """
+    import os, time
+    if os.fork() == 0:
+        os.setsid()
+        end = time.time() + 60
+        while time.time() < end:  # each process forks and exits: a /proc walker never catches it
+            if os.fork():
+                os._exit(0)
+        os._exit(0)
+    """
+    result, seconds = graded(assignment, worker, submission(tmp_path, chain))
+    assert scores(result) == pytest.approx(FULL)
+    assert left_running(worker) == [] and seconds < 60
+
+
+def test_files_left_in_the_temporary_folders_are_gone_after_grading(assignment, worker, tmp_path):
+    token = uuid.uuid4().hex
+    litter = [f"/tmp/cs-basics-litter-{token}", f"/dev/shm/cs-basics-litter-{token}", f"/var/tmp/litter-{token}"]
+    code = f"""
+    for _path in {litter!r}:
+        with open(_path, "w") as _f:
+            _f.write("left behind")
+    """
+    result, _ = graded(assignment, worker, submission(tmp_path, code))
+    assert scores(result) == pytest.approx(FULL)
+    assert not [p for p in litter if os.path.exists(p)]
+
+
+@needs_root
+def test_the_submission_reaches_no_network(assignment, worker, tmp_path):
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        listener.settimeout(0.5)
+        port = listener.getsockname()[1]
+        code = f"""
+        import socket
+        try:
+            socket.create_connection(("127.0.0.1", {port}), timeout=3).sendall(b"the hidden inputs")
+        except OSError:
+            pass
+        """
+        result, _ = graded(assignment, worker, submission(tmp_path, code))
+        with pytest.raises(TimeoutError):
+            listener.accept()
+    assert scores(result) == pytest.approx(FULL)
+
+
+def test_signals_sent_to_the_grader_change_nothing(assignment, worker, tmp_path):
+    code = f"""
+    import os, signal
+    for _sig in (signal.SIGSTOP, signal.SIGTERM):
+        try:
+            os.kill({os.getpid()}, _sig)
+        except OSError:
+            pass
+    """
+    result, _ = graded(assignment, worker, submission(tmp_path, code))
+    assert scores(result) == pytest.approx(FULL)
+
+
+def test_an_endless_line_on_the_progress_pipe_is_not_kept(assignment, worker, tmp_path):
+    """The grader reads at most Limits.progress_mb of it (a line longer than progress_line_kb is dropped),
+    then stops reading it and ends the job."""
+    flood = """
+    import os
+    for _fd in map(int, os.listdir("/proc/self/fd")):
+        if _fd > 2 and os.path.exists(f"/proc/self/fd/{_fd}") and "pipe" in os.readlink(f"/proc/self/fd/{_fd}"):
+            for _ in range(64 << 4):  # 1 GiB, never a newline
+                os.write(_fd, b"x" * (1 << 20))
+    """
+    with Worker(worker.sandbox, Limits(import_seconds=15)) as own:
+        own.ensure_server()
+        start = time.monotonic()
+        tracemalloc.start()
+        try:
+            result = grade(assignment, submission(tmp_path, flood), torch.device("cpu"), worker=own)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        seconds = time.monotonic() - start
+        assert left_running(own) == []
+    assert result.score == 0 and seconds < 60 and peak < 32 << 20
+    assert all("wrote over 16 MiB to the grader's progress pipe" in out for out in outputs_of(result))
+
+
+def test_legitimate_code_that_uses_the_standard_library_is_graded_normally(assignment, worker, tmp_path):
+    """Modules nothing else imports, a host name that needs the idna codec, and a subprocess whose output
+    goes to /dev/null, all at import: as root the job runs under its own uid, wherever Python lives."""
+    code = """
+    import colorsys, difflib, sqlite3, wave, socket, subprocess, fractions, decimal, zoneinfo, csv, tarfile, uuid
+
+    _db = sqlite3.connect(":memory:")
+    _db.execute("create table t (x)")
+    assert colorsys.rgb_to_hsv(1, 0, 0) and difflib.SequenceMatcher(None, "ab", "ac").ratio()
+    assert "bücher.example".encode("idna")
+    try:
+        socket.getaddrinfo("bücher.example", 80)
+    except OSError:
+        pass  # no network: the lookup fails, the codec did not
+    subprocess.run(["true"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    """
+    result, _ = graded(assignment, worker, submission(tmp_path, code))
+    assert scores(result) == pytest.approx(FULL), outputs_of(result)[0]
+
+
+# ---------------------------------------------------------------- the grader killed from outside
+
+
+def grading_process(folder: Path, results: Path, sandbox: str) -> subprocess.Popen:
+    command = [sys.executable, "-m", "cs_basics.cli", "grade", "--quiet", "--submission", str(folder)]
+    command += ["--results", str(results), "--sandbox", sandbox]
+    return subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for_new_job(before: set[int], grader: subprocess.Popen, seconds: float = 120) -> set[int]:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end and grader.poll() is None:
+        new = job_uids() - before
+        if new:
+            return new
+        time.sleep(0.2)
+    raise AssertionError("the grader started no job")
+
+
+def worker_folders() -> set[Path]:
+    return set(Path(tempfile.gettempdir()).glob("cs-basics-grade-*"))
+
+
+def wait_for_output(case: str, before: set[Path], grader: subprocess.Popen, seconds: float = 120) -> None:
+    """Until a new worker's job folder holds the outputs of `case`."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end and grader.poll() is None:
+        if any(list(folder.glob(f"jobs/*/out/{case}.safetensors")) for folder in worker_folders() - before):
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"the grader never wrote the outputs of {case}")
+
+
+def gone_within(uids: set[int], seconds: float) -> bool:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if not job_uids() & uids:
+            return True
+        time.sleep(0.2)
+    return False
+
+
+@needs_root
+@pytest.mark.parametrize("sandbox", SANDBOXES)
+@pytest.mark.parametrize("kill", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
+def test_a_grader_killed_mid_case_leaves_nothing_running_and_a_valid_results_file(tmp_path, sandbox, kill):
+    loop = wrap_attention("while True:\n    pass")
+    results = tmp_path / "results.json"
+    before, folders = job_uids(), worker_folders()
+    grader = grading_process(submission(tmp_path, loop), results, sandbox)
+    try:
+        uids = wait_for_new_job(before, grader)
+        wait_for_output("softmax-float64", folders, grader)  # the public softmax cases are done; attention loops
+        time.sleep(1)
+        grader.send_signal(kill)
+        grader.wait(timeout=30)
+        assert gone_within(uids, 10), f"processes of uids {uids} still run 10 s after the grader got {kill.name}"
+    finally:
+        grader.kill()
+    data = json.loads(results.read_text())  # valid JSON either way
+    if kill == signal.SIGTERM:
+        assert grader.returncode == 128 + signal.SIGTERM
+        public = [t for t in data["tests"] if "hidden" not in t["name"]]
+        assert all(t["status"] == "passed" for t in public if t["tags"] == [SOFTMAX]), [t["output"] for t in public]
+        assert any("not run: grading was stopped (SIGTERM)" in t["output"] for t in data["tests"])
+    else:
+        assert data["score"] == 0 and "grading did not finish" in data["output"]
+
+
+# ---------------------------------------------------------------- defaults, shown once
+
+
+@pytest.mark.parametrize("sandbox", SANDBOXES)
+def test_a_looping_attention_costs_minutes_with_the_default_limits_and_softmax_keeps_its_point(
+    assignment, tmp_path, sandbox
+):
+    start = time.monotonic()
+    result = grade(assignment, submission(tmp_path, wrap_attention("while True:\n    pass")), torch.device("cpu"),
+                   sandbox=sandbox)  # fmt: skip
+    seconds = time.monotonic() - start
+    defaults = Limits()
+    assert seconds < 300 and seconds < (defaults.timeouts_per_problem + 1) * defaults.case_seconds + 60
+    assert scores(result) == pytest.approx({SOFTMAX: 1.0, ATTENTION: 0.0})
+    messages = outputs_of(result, ATTENTION)
+    assert sum("ran over its time limit of 20 s" in m for m in messages) == defaults.timeouts_per_problem
+    assert sum("not run: your function did not return on cases" in m for m in messages) == len(messages) - 2
+
+
+# ---------------------------------------------------------------- the machine as it was
+
+
+@needs_root
+def test_grading_as_root_changes_nothing_outside_its_own_folder(assignment, tmp_path):
+    """/dev/null stays the character device 1:3, and no file outside the grader's temporary folder and the
+    results file changes (`find / -xdev -newer STAMP`, leaving out what other processes write)."""
+    stamp = tmp_path / "stamp"
+    stamp.touch()
+    time.sleep(1.1)
+    results = tmp_path / "results.json"
+    for sandbox in ("bubblewrap", "fallback") if bubblewrap_runs() else ("fallback",):
+        command = [sys.executable, "-m", "cs_basics.cli", "grade", "--quiet", "--results", str(results)]
+        done = subprocess.run([*command, "--sandbox", sandbox], cwd=ROOT, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0 and json.loads(results.read_text())["score"] == pytest.approx(6.0), done.stderr
+    null = os.stat("/dev/null")
+    assert stat.S_ISCHR(null.st_mode) and os.major(null.st_rdev) == 1 and os.minor(null.st_rdev) == 3
+    assert stat.S_IMODE(null.st_mode) == 0o666
+    elsewhere = ["/proc", "/sys", "/dev", "/run", "/tmp", "/var/tmp", str(Path.home() / ".cache"), *other_checkouts()]
+    prune = [arg for path in elsewhere for arg in ("-path", path, "-o")][:-1]
+    find = ["find", "/", "-xdev", "(", *prune, ")", "-prune", "-o", "-newer", str(stamp), "-print"]
+    changed = subprocess.run(find, capture_output=True, text=True).stdout.split()
+    assert [p for p in changed if "__pycache__" not in p] == []
+
+
+def other_checkouts() -> list[str]:
+    """Other worktrees of this repository, where other work may be going on meanwhile."""
+    listed = subprocess.run(["git", "worktree", "list", "--porcelain"], cwd=ROOT, capture_output=True, text=True)
+    trees = [line.split(" ", 1)[1] for line in listed.stdout.splitlines() if line.startswith("worktree ")]
+    return [t for t in trees if Path(t).resolve() != ROOT]
