@@ -71,6 +71,8 @@ def diagnose(ctx: CheckContext, name: str) -> list[str]:
 def matching(ctx: CheckContext, name: str) -> list[Mistake]:
     """The mistakes of the case's problem whose numbers the student's reproduce, on `name` and on every
     other output both give."""
+    if value_mismatch(ctx.outputs[name], ctx.expected[name], ctx.tolerance(name), key=name) is None:
+        return []  # right within the tolerance: nothing to explain
     mistakes = [m for m in ctx.case.mistakes if not m.dtypes or ctx.case.dtype in m.dtypes]
     computed = {m.name: wrong_outputs(ctx, m, grad=name.startswith("grad.")) for m in mistakes}
     found = [m for m in mistakes if shows(ctx, m, computed[m.name], name)]
