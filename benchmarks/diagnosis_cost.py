@@ -64,7 +64,8 @@ def main() -> None:
     with_, without = (statistics.median(t) for t in times.values())
     for name, t in times.items():
         print(f"{name:26s} median {statistics.median(t):.2f} s  ({', '.join(f'{x:.2f}' for x in t)})")
-    print(f"ratio {with_ / without:.3f} (median of {args.repeats}, alternating)")
+    paired = statistics.median(w / o for w, o in zip(*times.values(), strict=True))
+    print(f"ratio of medians {with_ / without:.3f}, median of paired ratios {paired:.3f} ({args.repeats} alternating)")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Failure messages name the known mistake a student made, in pytest and in results.json, and nothing else."""
 
 import json
+import math
 import re
 import shutil
 
@@ -10,9 +11,10 @@ import torch
 from cs_basics.harness import diagnosis, results
 from cs_basics.harness.cases import CheckContext, run_call, run_case
 from cs_basics.harness.diagnosis import CRASHES, Mistake, explain_crash, matching, wrong_outputs
-from tests.cases import MISTAKES, sdpa, softmax64
+from cs_basics.nn import functional
+from tests.cases import MISTAKES, guarded, scores
 
-from .implementations import BROKEN, CORRECT, DIAGNOSES, fingerprint
+from .implementations import BROKEN, CORRECT, DIAGNOSES, fingerprint, impl
 from .submissions import ROOT, run, submission
 
 KNOWN = re.compile(r"\(known mistake: (\w+)\)")
@@ -71,9 +73,15 @@ def test_no_known_mistake_matches_a_correct_answer(name, assignment, device):
         assert matching(ctx, "out") == [], case.id
 
 
-def test_the_mistakes_formula_without_a_mistake_reproduces_every_case(assignment, device):
-    """Each mistake is this formula with one thing wrong: unchanged, it must give the expected values."""
-    none = Mistake("none", "", {"run_softmax": softmax64, "run_scaled_dot_product_attention": sdpa})
+def attention_without_a_mistake(Q, K, V, mask=None):
+    return guarded(torch.softmax(scores(Q, K, mask), -1), mask) @ V
+
+
+def test_the_mistakes_building_blocks_without_a_mistake_reproduce_every_case(assignment, device):
+    """The weight-level mistakes are these blocks with one thing wrong: unchanged, they give the expected values."""
+    none = Mistake(
+        "none", "", {"run_softmax": torch.softmax, "run_scaled_dot_product_attention": attention_without_a_mistake}
+    )
     for case in assignment.cases:
         ctx = context(case, CORRECT["reference"], assignment, device)
         wrong = wrong_outputs(ctx, none, grad=True)
@@ -153,3 +161,20 @@ def test_results_json_names_the_same_known_mistakes(assignment, tmp_path):
             assert KNOWN.findall(entry["output"]) == ([DIAGNOSES[name]] if name in DIAGNOSES else []), entry["output"]
             checked.add(name)
     assert checked >= set(DIAGNOSES)
+
+
+def test_the_student_readme_shows_the_message_of_a_real_run(assignment):
+    """The README's diagnosed failure is what a mask applied the wrong way round gives, on the CPU."""
+
+    def flipped(Q, K, V, mask=None):
+        scores = Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])
+        if mask is not None:
+            scores = scores.masked_fill(mask, float("-inf"))
+        return functional.softmax(scores, dim=-1) @ V
+
+    readme = (ROOT / "docs" / "student" / "README.md").read_text()
+    shown = next(block for block in readme.split("```\n") if "(known mistake: " in block)
+    case = next(c for c in assignment.cases if c.id == shown.split(":")[0])
+    with pytest.raises(AssertionError) as info:
+        run_case(case, impl(flipped), assignment.store_for(case), torch.device("cpu"))
+    assert str(info.value) + "\n" == shown

@@ -192,24 +192,27 @@ def check_all_false_rows(ctx: CheckContext) -> None:
 
 
 # ---------------------------------------------------------------- known mistakes (float64, on a case's inputs)
+# Built on torch's own softmax and attention where they can be, which a student may not call:
+# the mistakes ship with the tests (the students' pytest run names them too), never a solution.
 
 
-def softmax64(x: torch.Tensor, dim: int, shift: bool = True) -> torch.Tensor:
-    """From scratch, as a student writes it; an all -inf slice gives NaN."""
-    e = torch.exp(x - x.amax(dim, keepdim=True)) if shift else torch.exp(x)
-    return e / e.sum(dim, keepdim=True)
+def scores(Q, K, mask=None, *, scale=None, fill=-math.inf) -> torch.Tensor:
+    """Q K^T times the scale (1/sqrt(d_k) unless given), filled with `fill` where the mask is False."""
+    s = Q @ K.mT * (Q.shape[-1] ** -0.5 if scale is None else scale)  # (..., queries, keys)
+    return s if mask is None else s.masked_fill(~mask, fill)
 
 
-def sdpa(Q, K, V, mask=None, *, scale=None, fill=-math.inf, dim=-1, shift=True, guard=True, after=None):
-    """The formula with a knob for each known mistake: the scale, the fill of masked scores, the softmax's
-    dim and max shift, zeros for all-False rows (`guard`), and what happens to the weights `after`."""
-    scores = Q @ K.mT * (Q.shape[-1] ** -0.5 if scale is None else scale)  # (..., queries, keys)
-    if mask is not None and fill is not None:
-        scores = scores.masked_fill(~mask, fill)
-    weights = softmax64(scores, dim, shift)
-    if mask is not None and guard:
-        weights = weights.masked_fill(~mask.any(-1, keepdim=True), 0.0)
-    return (after(weights) if after else weights) @ V
+def sdpa(Q, K, V, mask=None, scale=None) -> torch.Tensor:
+    return F.scaled_dot_product_attention(Q, K, V, attn_mask=mask, scale=scale)
+
+
+def unshifted_softmax(x: torch.Tensor, dim: int) -> torch.Tensor:
+    return torch.exp(x) / torch.exp(x).sum(dim, keepdim=True)
+
+
+def guarded(weights: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """Zero weights for queries whose mask row is all False, as they must be: one mistake at a time."""
+    return weights if mask is None else weights.masked_fill(~mask.any(-1, keepdim=True), 0.0)
 
 
 def attention_mistake(name: str, advice: str, wrong: Callable, **kw: Any) -> Mistake:
@@ -220,39 +223,41 @@ def softmax_mistake(name: str, advice: str, wrong: Callable, **kw: Any) -> Mista
     return Mistake(name, advice, {"run_softmax": wrong}, **kw)
 
 
+# float32 arithmetic shows only on float64 cases, within float32's tolerance; where exp
+# overflows (no max shift) depends on the dtype: those mistakes are computed in the case's dtype
 IN_FLOAT32 = {"dtypes": (torch.float64,), "tolerance": (FLOAT32, FLOAT32_GRAD)}
 MISTAKES = {
     SOFTMAX: (
         softmax_mistake(
             "no_max_shift",
             "exp overflowed to inf (or every term underflowed to 0) because the maximum was not subtracted "
-            "first; compute exp(x - x.amax(dim, keepdim=True)), which gives the same softmax",
-            lambda x, dim: softmax64(x, dim, shift=False),
+            "first; subtract the maximum along `dim` (keepdim=True), which leaves the softmax unchanged",
+            unshifted_softmax,
             in_case_dtype=True,
         ),
         softmax_mistake(
             "global_max",
             "you subtracted the maximum of the whole tensor, so slices far below it underflow to 0/0; "
-            "subtract each slice's own maximum, x.amax(dim, keepdim=True)",
-            lambda x, dim: torch.exp(x - x.max()) / torch.exp(x - x.max()).sum(dim, keepdim=True),
+            "subtract each slice's own maximum along `dim`",
+            lambda x, dim: unshifted_softmax(x - x.max(), dim),
             in_case_dtype=True,
         ),
         softmax_mistake(
             "ignores_dim",
             "the softmax is taken over the last dim whatever `dim` says; pass `dim` to every reduction "
-            "(amax and sum, with keepdim=True)",
-            lambda x, dim: softmax64(x, -1),
+            "(with keepdim=True)",
+            lambda x, dim: torch.softmax(x, -1),
         ),
         softmax_mistake(
             "sum_over_everything",
-            "you divided by the sum over the whole tensor instead of the sum along `dim`; use e.sum(dim, keepdim=True)",
+            "you divided by the sum over the whole tensor, not by the sum along `dim` (keepdim=True)",
             lambda x, dim: torch.exp(x - x.amax(dim, keepdim=True)) / torch.exp(x - x.amax(dim, keepdim=True)).sum(),
         ),
         softmax_mistake(
             "float32_arithmetic",
             "your float64 result is only as accurate as float32 arithmetic: something inside computes in "
             "float32 (a .float(), or a tensor made without dtype=x.dtype); keep the input's dtype throughout",
-            lambda x, dim: softmax64(x.float(), dim).double(),
+            lambda x, dim: torch.softmax(x.float(), dim).double(),
             **IN_FLOAT32,
         ),
     ),
@@ -294,51 +299,48 @@ MISTAKES = {
             "mask_after_softmax",
             "the mask was applied after the softmax, so the weights left no longer sum to 1; fill the scores "
             "with -inf before the softmax instead",
-            lambda Q, K, V, mask=None: sdpa(Q, K, V, mask, fill=None, after=lambda w: w * mask),
+            lambda Q, K, V, mask=None: torch.softmax(scores(Q, K), -1) * (1 if mask is None else mask) @ V,
         ),
         attention_mistake(
             "mask_multiplied_into_scores",
             "the scores were multiplied by the mask, which makes masked scores 0, not -inf, so masked keys "
             "still get weight; use scores.masked_fill(~mask, -inf)",
-            lambda Q, K, V, mask=None: (
-                softmax64(Q @ K.mT / math.sqrt(Q.shape[-1]) * (mask if mask is not None else 1), -1) @ V
-            ),
+            lambda Q, K, V, mask=None: torch.softmax(scores(Q, K) * (1 if mask is None else mask), -1) @ V,
         ),
         attention_mistake(
             "softmax_over_queries",
             "the softmax normalizes over the queries (dim -2); each query's weights over the keys must "
             "sum to 1: softmax over the last dim",
-            lambda Q, K, V, mask=None: sdpa(Q, K, V, mask, dim=-2, guard=False),
+            lambda Q, K, V, mask=None: guarded(torch.softmax(scores(Q, K, mask), -2), mask) @ V,
         ),
         attention_mistake(
             "scale_after_softmax",
             "the weights were divided by sqrt(d_k) after the softmax; divide the scores before it",
-            lambda Q, K, V, mask=None: sdpa(Q, K, V, mask, scale=1.0, after=lambda w: w / math.sqrt(Q.shape[-1])),
+            lambda Q, K, V, mask=None: sdpa(Q, K, V, mask, scale=1.0) / math.sqrt(Q.shape[-1]),
         ),
         attention_mistake(
             "all_false_rows_mean_of_v",
             "a query whose mask row is all False got the mean of V: a finite fill (-1e9, finfo.min) makes "
-            "its weights uniform; give such rows zero weights (e.g. weights.masked_fill(~mask.any(-1, "
-            "keepdim=True), 0))",
-            lambda Q, K, V, mask=None: sdpa(Q, K, V, mask, fill=-1e9, guard=False),
+            "its weights uniform; give such rows zero weights",
+            lambda Q, K, V, mask=None: torch.softmax(scores(Q, K, mask, fill=-1e9), -1) @ V,
         ),
         attention_mistake(
             "all_false_rows_nan",
-            "a query whose mask row is all False got NaN: with a -inf fill its softmax is 0/0; give such rows "
-            "zero weights (e.g. weights.masked_fill(~mask.any(-1, keepdim=True), 0))",
-            lambda Q, K, V, mask=None: sdpa(Q, K, V, mask, guard=False),
+            "a query whose mask row is all False got NaN: with a -inf fill its softmax is 0/0; give such "
+            "rows zero weights",
+            lambda Q, K, V, mask=None: torch.softmax(scores(Q, K, mask), -1) @ V,
         ),
         attention_mistake(
             "nan_to_num_output",
             "the output is right, but NaN flows back through the gradients: replacing NaN in the output "
             "(nan_to_num) leaves the 0/0 of all-False rows in the graph; zero those rows' weights instead",
-            lambda Q, K, V, mask=None: sdpa(Q, K, V, mask, guard=False).nan_to_num(0.0),
+            lambda Q, K, V, mask=None: (torch.softmax(scores(Q, K, mask), -1) @ V).nan_to_num(0.0),
         ),
         attention_mistake(
             "no_max_shift",
-            "exp overflowed to inf because your softmax does not subtract the maximum first; "
-            "compute exp(scores - scores.amax(-1, keepdim=True))",
-            lambda Q, K, V, mask=None: sdpa(Q, K, V, mask, shift=False),
+            "exp overflowed to inf because your softmax does not subtract the maximum first; subtract "
+            "each row's maximum of the scores (keepdim=True), which leaves the softmax unchanged",
+            lambda Q, K, V, mask=None: guarded(unshifted_softmax(scores(Q, K, mask), -1), mask) @ V,
             in_case_dtype=True,
         ),
         attention_mistake(
