@@ -91,7 +91,8 @@ def comparable(actual: object, expected: torch.Tensor) -> bool:
 
 
 def wrong_outputs(ctx: CheckContext, mistake: Mistake, grad: bool) -> dict[str, Any]:
-    """The mistake's outputs on the case's stored inputs, on the CPU in float64 (with gradients if `grad`)."""
+    """The mistake's outputs on the case's stored inputs, on the CPU in float64 (in the case's dtype if
+    the mistake asks), with gradients if `grad`."""
     dtype = ctx.case.dtype if mistake.in_case_dtype else torch.float64
     args = ctx.case.prepare(ctx.inputs, torch.device("cpu"), dtype=dtype, layout=False)
     try:
