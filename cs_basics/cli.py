@@ -11,11 +11,8 @@ def cmd_fixtures(args: argparse.Namespace) -> int:
     from cs_basics.harness.config import Assignment
     from cs_basics.harness.generate import regenerate
 
-    assignment = Assignment.find(args.project)
-    regenerate(assignment)
-    for store, cases in assignment.stores():
-        size = sum(store.path(c.id).stat().st_size for c in cases)
-        print(f"wrote {len(cases)} fixtures ({size / 1024:.0f} KiB) and the manifest to {store.root}")
+    for done in regenerate(Assignment.find(args.project)):
+        print(done.report())
     return 0
 
 
@@ -23,12 +20,35 @@ def cmd_grade(args: argparse.Namespace) -> int:
     from cs_basics.harness.batch import grade_many, is_batch
     from cs_basics.harness.config import Assignment
     from cs_basics.harness.grade_command import grade_one, limits_from
+    from cs_basics.harness.shards import ShardError
 
     assignment = Assignment.find(args.project)
     submission = (args.submission or assignment.root).resolve()
     if is_batch(assignment, submission):
-        return grade_many(assignment, submission, args.results or Path("results"), args)
+        try:
+            return grade_many(assignment, submission, args.results or Path("results"), args)
+        except ShardError as err:
+            print(f"cs-basics grade: {err}", file=sys.stderr)
+            return 2
+    if args.shard:
+        print(f"cs-basics grade: --shard needs a folder of submissions; {submission} is one", file=sys.stderr)
+        return 2
     return grade_one(assignment, submission, args.results or Path("results.json"), args.device, limits_from(args))
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from cs_basics.harness.report import ReportError, analyse, load_folder, merge, print_analysis
+
+    try:
+        if args.command == "merge":
+            merge(args.folders, args.out)
+        else:
+            results = load_folder(args.folder)
+            print_analysis(analyse(results, args.out or args.folder), caption=f"{len(results)} submissions")
+    except ReportError as err:
+        print(f"cs-basics {args.command}: {err}", file=sys.stderr)
+        return 2
+    return 0
 
 
 def cmd_handout(args: argparse.Namespace) -> int:
@@ -153,12 +173,29 @@ def add_study_commands(sub, project: dict) -> None:
     b.set_defaults(func=cmd_bench)
 
 
+SHARD_HELP = (
+    "grade the I-th of N slices of a folder of submissions (I from 1 to N); without it, a Kubernetes Indexed Job"
+    " (JOB_COMPLETION_INDEX, CS_BASICS_SHARDS) or a Slurm array (SLURM_ARRAY_TASK_*) chooses; 1/1: the whole folder"
+)
+
+
+def shard_option(text: str):
+    from cs_basics.harness.shards import ShardError, parse_shard
+
+    try:
+        return parse_shard(text)
+    except ShardError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cs-basics", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     project = {"type": Path, "default": None, "help": "assignment folder (default: the nearest)"}
 
-    fixtures = sub.add_parser("fixtures", help="regenerate the stored fixtures from the float64 oracle")
+    fixtures = sub.add_parser(
+        "fixtures", help="make the fixtures from the float64 oracle, keeping files that agree within rounding"
+    )
     fixtures.add_argument("--project", **project)
     fixtures.set_defaults(func=cmd_fixtures)
 
@@ -166,9 +203,21 @@ def build_parser() -> argparse.ArgumentParser:
     grade.add_argument("--submission", type=Path, default=None, help="a student's copy, or a folder of them")
     grade.add_argument("--results", type=Path, default=None, help="results.json (a folder for many submissions)")
     grade.add_argument("--workers", type=int, default=None, help="parallel gradings for many submissions")
+    grade.add_argument("--shard", type=shard_option, default=None, help=SHARD_HELP)
+    grade.add_argument("--force", action="store_true", help="grade again submissions whose grade is up to date")
     grade.add_argument("--project", **project)
     add_grade_options(grade)
     grade.set_defaults(func=cmd_grade)
+
+    report = sub.add_parser("report", help="item analysis of a folder of results.json files (any Gradescope run)")
+    report.add_argument("folder", type=Path, help="results folder: <name>.json or <name>/results.json files")
+    report.add_argument("--out", type=Path, default=None, help="where to write items.csv etc. (default: FOLDER)")
+    report.set_defaults(func=cmd_report)
+
+    merge = sub.add_parser("merge", help="one scores.csv and item analysis from several shards' results folders")
+    merge.add_argument("folders", type=Path, nargs="+", help="the shards' results folders")
+    merge.add_argument("--out", type=Path, required=True, help="a folder for the merged results")
+    merge.set_defaults(func=cmd_report)
 
     handout = sub.add_parser("handout", help="cut the student handout from this solution repository, and check it")
     handout.add_argument("out", type=Path, help="a new folder for the handout")

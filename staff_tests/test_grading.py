@@ -74,37 +74,6 @@ def test_killing_its_own_interpreter_fails_that_case_only(assignment, tmp_path):
     assert "killed by signal SIGKILL" in failed[0].output
 
 
-@pytest.mark.parametrize(
-    ("code", "zeroed", "named"),
-    [
-        (
-            "import torch.nn.functional as F\n" + wrap_attention("return F.scaled_dot_product_attention(Q, K, V)"),
-            {ATTENTION},
-            "torch.nn.functional.scaled_dot_product_attention at cs_basics/nn/functional.py:",
-        ),
-        (
-            "from torch import softmax as s\n\n\ndef softmax(x, dim):\n    return s(x, dim)\n",
-            {ATTENTION, SOFTMAX},
-            "torch.softmax",
-        ),
-        ("\n\ndef softmax(x, dim):\n    return x.softmax(dim)\n", {ATTENTION, SOFTMAX}, "Tensor.softmax"),
-        (
-            "import torch\n\n\ndef softmax(x, dim):\n    return getattr(torch, 'softmax')(x, dim)\n",
-            {ATTENTION, SOFTMAX},
-            "",
-        ),
-        ("from torch import nn\n\n\ndef softmax(x, dim):\n    return nn.Softmax(dim)(x)\n", {ATTENTION, SOFTMAX}, ""),
-    ],
-    ids=["F_alias", "from_import_alias", "tensor_method", "getattr", "module_alias"],
-)
-def test_torch_builtins_zero_the_problem_and_name_the_call_and_line(assignment, tmp_path, code, zeroed, named):
-    result = run(assignment, submission(tmp_path, code))
-    for problem, score in scores(result).items():
-        assert (score == 0) == (problem in zeroed), problem
-    messages = outputs_of(result, ATTENTION)
-    assert all("must be written from scratch" in m and named in m for m in messages)
-
-
 def test_the_grader_stages_its_own_tooling_over_the_submissions(assignment, tmp_path):
     """A broken harness in the submission cannot stop its grading, and forbidden calls in the
     tooling (the bench calls torch's SDPA on purpose) are not the student's."""

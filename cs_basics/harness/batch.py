@@ -9,8 +9,6 @@ Gradescope runs each submission in its own container.
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import json
 import os
 import subprocess
@@ -21,9 +19,10 @@ from pathlib import Path
 from rich.progress import Progress
 
 from cs_basics.harness.config import Assignment
-from cs_basics.harness.results import write_atomic
-
-SCORES = "scores.csv"
+from cs_basics.harness.regrade import Planned, plan, read_results, settings_of, stamp
+from cs_basics.harness.report import SCORES, analyse, print_analysis, score_row, write_scores
+from cs_basics.harness.results import write_results
+from cs_basics.harness.shards import resolve_shard, select
 
 
 def has_student_code(assignment: Assignment, folder: Path) -> bool:
@@ -45,36 +44,39 @@ def grade_command(assignment: Assignment, submission: Path, results: Path, args:
     return command
 
 
-def grade_in_process(assignment: Assignment, submission: Path, results: Path, args: argparse.Namespace) -> dict:
+def grade_in_process(assignment: Assignment, planned: Planned, args: argparse.Namespace) -> dict:
+    submission, results = planned.submission, planned.results
     command = grade_command(assignment, submission, results, args)
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=args.total_seconds + 300)
         error = done.stderr.strip().splitlines()[-1:] if done.returncode else []
+        completed = done.returncode == 0
     except subprocess.TimeoutExpired:
-        error = ["the grading process did not finish"]
-    data = json.loads(results.read_text())
-    most = round(sum(t["max_score"] for t in data["tests"]), 3)
-    return {"submission": submission.name, "score": data["score"], "max_score": most, "error": " ".join(error)}
+        error, completed = ["the grading process did not finish"], False
+    data = stamp(json.loads(results.read_text()), planned.fingerprint if completed else None, " ".join(error))
+    write_results(results, data)
+    return score_row(submission.name, data)
 
 
 def grade_many(assignment: Assignment, folder: Path, results_dir: Path, args: argparse.Namespace) -> int:
     submissions = sorted(d for d in folder.iterdir() if d.is_dir() and not d.name.startswith("."))
+    shard = resolve_shard(args.shard, os.environ)
+    planned = plan(assignment, select(submissions, shard), results_dir, settings_of(args), args.force)
     results_dir.mkdir(parents=True, exist_ok=True)
     workers = args.workers or max(1, (os.cpu_count() or 2) // 2)
-    rows = []
+    todo, skipped = [p for p in planned if not p.skip], [p for p in planned if p.skip]
+    rows = [score_row(p.submission.name, read_results(p.results)) for p in skipped]
+    what = f"{len(planned)} submissions" + (f" (shard {shard} of {folder})" if shard else "")
     with Progress() as progress, ThreadPoolExecutor(workers) as pool:
-        task = progress.add_task(f"grading {len(submissions)} submissions", total=len(submissions))
-        futures = [
-            pool.submit(grade_in_process, assignment, s, results_dir / f"{s.name}.json", args) for s in submissions
-        ]
+        task = progress.add_task(f"grading {what} ({len(skipped)} unchanged: skipped)", total=len(planned))
+        progress.advance(task, len(skipped))
+        futures = [pool.submit(grade_in_process, assignment, p, args) for p in todo]
         for future in as_completed(futures):
             rows.append(future.result())
             progress.advance(task)
-    rows.sort(key=lambda r: r["submission"])
-    text = io.StringIO()
-    writer = csv.DictWriter(text, fieldnames=["submission", "score", "max_score", "error"])
-    writer.writeheader()
-    writer.writerows(rows)
-    write_atomic(results_dir / SCORES, text.getvalue())
-    print(f"graded {len(rows)} submissions; scores in {results_dir / SCORES}")
+    write_scores(results_dir / SCORES, rows)
+    summary = f"{what}: {len(todo)} graded, {len(skipped)} unchanged since their last grade (skipped; --force)"
+    results = {p.submission.name: read_results(p.results) for p in planned}
+    print_analysis(analyse(results, results_dir), caption=summary)
+    print(f"{summary}; scores in {results_dir / SCORES}")
     return 0

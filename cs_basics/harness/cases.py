@@ -17,6 +17,7 @@ An assignment declares only what is its own: inputs, oracles, adapter calls, tol
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -178,15 +179,26 @@ class Case:
         return outputs | {f"after.{n}": t for n, t in args.items() if isinstance(t, torch.Tensor) and n != GRAD_OUT}
 
 
-def points_by_case(cases: Sequence[Case], problem_points: Mapping[str, float]) -> dict[str, float]:
-    """Share each problem's points among its cases by weight."""
-    totals: dict[str, float] = {}
+def points_by_case(cases: Sequence[Case], problem_points: Mapping[str, float], places: int = 4) -> dict[str, float]:
+    """Share each problem's points among its cases by weight, rounded to `places` decimals so that
+    each problem's cases add up to exactly its points (the largest-remainder method)."""
+    by_problem: dict[str, list[Case]] = {}
     for case in cases:
-        totals[case.problem] = totals.get(case.problem, 0.0) + case.weight
-    missing = set(totals) - set(problem_points)
+        by_problem.setdefault(case.problem, []).append(case)
+    missing = set(by_problem) - set(problem_points)
     if missing:
         raise ValueError(f"cases name problems with no declared points: {sorted(missing)}")
-    return {c.id: problem_points[c.problem] * c.weight / totals[c.problem] for c in cases}
+    unit = 10**places
+    points = {}
+    for problem, members in by_problem.items():
+        total_weight = sum(c.weight for c in members)
+        exact = {c.id: problem_points[problem] * unit * c.weight / total_weight for c in members}
+        units = {k: math.floor(v) for k, v in exact.items()}
+        left = round(problem_points[problem] * unit) - sum(units.values())
+        for k in sorted(exact, key=lambda k: units[k] - exact[k])[:left]:  # largest remainders first
+            units[k] += 1
+        points |= {k: u / unit for k, u in units.items()}
+    return points
 
 
 def run_call(case: Case, adapters: ModuleType, inputs: Tensors, device: torch.device) -> dict[str, Any]:
@@ -204,9 +216,6 @@ def run_check(case: Case, inputs: Tensors, expected: Tensors, outputs: Mapping[s
 def run_case(case: Case, adapters: ModuleType, store: FixtureStore, device: torch.device) -> None:
     """Both sides in one process: what the students' pytest run does."""
     inputs, expected = store.load(case.id)
-    try:
+    with diagnosis.crashes_noted():
         outputs = run_call(case, adapters, inputs, device)
-    except Exception as err:
-        diagnosis.note_crash(err)  # a known crash gets its sentence under the traceback
-        raise
     run_check(case, inputs, expected, outputs, device)

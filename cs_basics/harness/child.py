@@ -8,6 +8,7 @@ and writes them to `out/<case>.safetensors`; it reports progress as JSON lines o
 descriptor named in the job. It decides nothing: the grader compares and scores.
 """
 
+import contextlib
 import importlib
 import json
 import os
@@ -34,10 +35,16 @@ def warm_up() -> None:
     import einops
     import jaxtyping  # noqa: F401
     import numpy  # noqa: F401
+    from torch.utils._python_dispatch import TorchDispatchMode  # the record of operators loads torch._dynamo
 
-    x = torch.randn(2, 3, 4, requires_grad=True)
-    y = einops.einsum(x, x, "b i d, b j d -> b i j").masked_fill(torch.eye(3, dtype=torch.bool), -1e9)
-    (torch.exp(y - y.amax(-1, keepdim=True)) @ x).sum().backward()
+    class Passthrough(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    with Passthrough():
+        x = torch.randn(2, 3, 4, requires_grad=True)
+        y = einops.einsum(x, x, "b i d, b j d -> b i j").masked_fill(torch.eye(3, dtype=torch.bool), -1e9)
+        (torch.exp(y - y.amax(-1, keepdim=True)) @ x).sum().backward()
     # safetensors loads parts of numpy on its first save: save to memory, never to a file (as root, a
     # save to os.devnull replaced /dev/null with a regular file: safetensors writes through a rename)
     save({"x": x.detach()})
@@ -58,6 +65,9 @@ class Reporter:
         self.fd = fd
 
     def send(self, **event: object) -> None:
+        for stream in (sys.stdout, sys.stderr):  # what the code printed reaches the grader before it may end us
+            with contextlib.suppress(Exception):
+                stream.flush()
         os.write(self.fd, (json.dumps(event) + "\n").encode())
 
 
@@ -105,6 +115,11 @@ def main(job_dir: Path) -> None:
     code = Path(job["code"])
     sys.path[:] = trusted_path(code, job["repo"])
     os.chdir(job["workdir"])
+    from cs_basics.harness import record
+
+    record.install()  # before the submission's code runs: threads it starts are recorded too
+    rule = job["rule"]
+    frames = record.StudentFrames(code, record.student_predicate(rule["student_code"], rule["excluded"]))
     try:
         adapters = importlib.import_module(job["adapters"])
         check_origin(job["student_packages"], code)
@@ -117,15 +132,19 @@ def main(job_dir: Path) -> None:
     device = torch.device(job["device"])
     for case_id in job["cases"]:
         report.send(event="start", case=case_id)
+        case = cases[case_id]
+        watch = record.Watch(rule["forbidden_ops"].get(case.problem, []), frames, enabled=rule.get("record", True))
         try:
             inputs = load_file(str(job_dir / "inputs" / f"{case_id}.safetensors"))
-            outputs = run_call(cases[case_id], adapters, inputs, device)
+            with watch:
+                outputs = run_call(case, adapters, inputs, device)
             save_outputs(outputs, job_dir / "out" / f"{case_id}.safetensors")
         except BaseException as err:  # KeyboardInterrupt and SystemExit too: the case failed, grading goes on
             where = traceback.format_exc(limit=-6)[-TRACEBACK_LIMIT:]
-            report.send(event="error", case=case_id, message=f"{type(err).__name__}: {err}", traceback=where)
+            message = f"{type(err).__name__}: {err}"
+            report.send(event="error", case=case_id, message=message, traceback=where, record=watch.record.to_json())
             continue
-        report.send(event="done", case=case_id)
+        report.send(event="done", case=case_id, record=watch.record.to_json())
     report.send(event="finished")
 
 

@@ -12,7 +12,9 @@ handout_exclude = ["staff_tests"]       # left out of the student handout (besid
 
 [tool.cs-basics.problems.softmax]
 points = 1
-forbidden = ["torch.softmax", "Tensor.softmax"]   # calls that zero the problem if the student's code makes them
+adapter = "run_softmax"                 # the adapter that calls the problem's function (default run_<name>)
+forbidden = ["torch.softmax", "torch.Tensor.softmax"]   # library names the problem's code may not use
+forbidden_ops = ["aten._softmax"]      # ATen operators (fnmatch patterns) its graded cases may not run
 """
 
 from __future__ import annotations
@@ -38,7 +40,19 @@ class ConfigError(Exception):
 class Problem:
     name: str
     points: float
-    forbidden: tuple[str, ...] = ()
+    forbidden: tuple[str, ...] = ()  # library names (fnmatch patterns) the code the problem reaches may not use
+    forbidden_ops: tuple[str, ...] = ()  # ATen operators (fnmatch patterns) its graded cases may not run
+    adapter: str = ""  # the adapter function that calls the problem's code
+
+    @classmethod
+    def from_table(cls, name: str, table: dict) -> Problem:
+        return cls(
+            name,
+            float(table["points"]),
+            tuple(table.get("forbidden", ())),
+            tuple(table.get("forbidden_ops", ())),
+            table.get("adapter", f"run_{name}"),
+        )
 
 
 @dataclass(frozen=True)
@@ -63,7 +77,7 @@ class Assignment:
         problems = self.table.get("problems") or {}
         if not problems:
             raise ConfigError(f"{self.root / 'pyproject.toml'}: [tool.cs-basics.problems] declares no problem")
-        return {name: Problem(name, float(s["points"]), tuple(s.get("forbidden", ()))) for name, s in problems.items()}
+        return {name: Problem.from_table(name, table) for name, table in problems.items()}
 
     @cached_property
     def store(self) -> FixtureStore:
@@ -113,8 +127,12 @@ class Assignment:
             raise ConfigError(f"case ids must be unique, repeated: {dupes}")
         return cases
 
+    @property
+    def adapters_module(self) -> str:
+        return self.table.get("adapters", "tests.adapters")
+
     def adapters(self) -> ModuleType:
-        return self._import(self.table.get("adapters", "tests.adapters"))
+        return self._import(self.adapters_module)
 
     @cached_property
     def points(self) -> dict[str, float]:

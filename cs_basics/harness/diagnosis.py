@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
@@ -209,11 +210,17 @@ def crash_hint(kind: str, message: str) -> str | None:
     return marker(crash.advice, crash.name) if crash else None
 
 
-def note_crash(err: BaseException) -> None:
-    """The students' pytest run: the sentence as a note, which pytest prints under the traceback."""
-    hint = crash_hint(type(err).__name__, str(err))
-    if hint and hint not in getattr(err, "__notes__", ()):
-        err.add_note(hint)
+@contextmanager
+def crashes_noted() -> Iterator[None]:
+    """Around the student's code in the students' pytest run: a known crash gets its sentence as a
+    note, which pytest prints under the traceback (the grader says it from the child's report)."""
+    try:
+        yield
+    except Exception as err:
+        hint = crash_hint(type(err).__name__, str(err))
+        if hint and hint not in getattr(err, "__notes__", ()):
+            err.add_note(hint)
+        raise
 
 
 def explain_crash(error: str) -> str:

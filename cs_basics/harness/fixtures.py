@@ -94,27 +94,37 @@ class FixtureStore:
 
     def write_all(self, files: Mapping[str, tuple[Mapping[str, torch.Tensor], Mapping[str, str]]]) -> None:
         """Replace the folder's fixtures with `files` (case id -> (tensors, metadata)) and the manifest."""
+        self.write_blobs({case_id: encode(tensors, meta) for case_id, (tensors, meta) in files.items()})
+
+    def write_blobs(self, blobs: Mapping[str, bytes]) -> list[str]:
+        """Make the folder hold exactly `blobs` (case id -> file bytes) and their manifest; return the
+        names of the files removed. A file or manifest that already holds its bytes is not touched."""
         self.root.mkdir(parents=True, exist_ok=True)
-        blobs = {
-            f"{case_id}.safetensors": save(
-                {k: v.contiguous() for k, v in tensors.items()},
-                # one key: safetensors writes several in random order, and the bytes would change every time
-                metadata={PROVENANCE: json.dumps(dict(meta), sort_keys=True)},
-            )
-            for case_id, (tensors, meta) in files.items()
-        }
-        for stale in self.root.glob("*.safetensors"):
-            if stale.name not in blobs:
-                stale.unlink()
-        for name, blob in blobs.items():
-            _write_atomic(self.root / name, blob)
-        manifest = {"sha256": {name: sha256(blob) for name, blob in sorted(blobs.items())}}
-        _write_atomic(self.root / MANIFEST, (json.dumps(manifest, indent=2) + "\n").encode())
+        files = {f"{case_id}.safetensors": blob for case_id, blob in blobs.items()}
+        removed = sorted(p.name for p in self.root.glob("*.safetensors") if p.name not in files)
+        for name in removed:
+            (self.root / name).unlink()
+        manifest = {"sha256": {name: sha256(blob) for name, blob in sorted(files.items())}}
+        files[MANIFEST] = (json.dumps(manifest, indent=2) + "\n").encode()
+        for name, blob in files.items():
+            path = self.root / name
+            if not (path.is_file() and path.read_bytes() == blob):
+                _write_atomic(path, blob)
         self._cache.clear()
         self._manifest = None
+        return removed
 
     def _fix(self) -> str:
         return f"restore it with `git checkout -- {self.root}` or regenerate with `{REGENERATE}`"
+
+
+def encode(tensors: Mapping[str, torch.Tensor], meta: Mapping[str, str]) -> bytes:
+    """A fixture file's bytes: the tensors and their provenance, the same bytes for the same input."""
+    return save(
+        {k: v.contiguous() for k, v in tensors.items()},
+        # one key: safetensors writes several in random order, and the bytes would change every time
+        metadata={PROVENANCE: json.dumps(dict(meta), sort_keys=True)},
+    )
 
 
 def _write_atomic(path: Path, data: bytes) -> None:

@@ -22,14 +22,13 @@ from safetensors.torch import save_file
 from cs_basics.harness.cases import Case, run_check
 from cs_basics.harness.config import Assignment
 from cs_basics.harness.diagnosis import explain_crash
+from cs_basics.harness.fromscratch import TOOLING, FromScratch, excluded_code, runtime_breach
+from cs_basics.harness.fromscratch import student_files as student_files  # the handout's import
+from cs_basics.harness.record import recording
 from cs_basics.harness.sandbox import CaseRun, Job, Limits, run_cases
-from cs_basics.harness.scan import Use, forbidden_uses
 
 SUBMISSION_BYTES_LIMIT = 64 << 20
 PACKAGE = Path(__file__).resolve().parents[1]  # the grader's own cs_basics
-# cs_basics's tooling, not the student's: the grader stages its own copy over the submission's
-# and never scans it, in this assignment and in any later one that grades the student's cs_basics
-TOOLING = ("cs_basics/harness", "cs_basics/study", "cs_basics/cli.py")
 UID_BASE = 61000  # the child's uid when the grader is root: one per grading process, no login
 
 
@@ -64,17 +63,6 @@ class Grade:
     @property
     def max_score(self) -> float:
         return sum(t.max_score for t in self.tests)
-
-
-def student_files(assignment: Assignment, code: Path) -> list[Path]:
-    """The submission's own Python files in the staged code (the staff's overlay excluded)."""
-    staff = [code / p for p in (*assignment.staff_code, *TOOLING)]
-    return [
-        p
-        for rel in assignment.student_code
-        for p in ([code / rel] if (code / rel).is_file() else (code / rel).rglob("*.py"))
-        if p.is_file() and not p.is_symlink() and not any(p == s or p.is_relative_to(s) for s in staff)
-    ]
 
 
 def copy_regular(src: Path, dst: Path, budget: list[int]) -> None:
@@ -120,7 +108,7 @@ def stage(assignment: Assignment, submission: Path, code: Path) -> None:
     for source, target in overlays:
         shutil.rmtree(target, ignore_errors=True) if target.is_dir() else target.unlink(missing_ok=True)
         copy_regular(source, target, [1 << 40])
-    for module in [*case_modules(assignment), assignment.table.get("adapters", "tests.adapters")]:
+    for module in [*case_modules(assignment), assignment.adapters_module]:
         package = module_package(assignment, module)
         for source in package.rglob("*.py"):  # code only: never a fixture
             target = code / source.relative_to(assignment.root)
@@ -168,20 +156,17 @@ def chown_tree(root: Path, uid: int) -> None:
             os.chown(name, uid, uid, follow_symlinks=False)
 
 
-def violations(assignment: Assignment, code: Path) -> dict[str, list[Use]]:
-    files = student_files(assignment, code)
-    return {name: forbidden_uses(code, files, p.forbidden) for name, p in assignment.problems.items() if p.forbidden}
-
-
 def run_submission(assignment: Assignment, submission: Path, cases: list[Case], device: torch.device, limits: Limits):
-    """Stage, scan and run; return (the child's runs by case id, the forbidden uses, the child's output, notes)."""
+    """Stage, scan and run; return (the child's runs by case id, the static breaches by problem, the child's
+    output, notes)."""
     notes = [n for n in [protect_hidden(assignment)] if n]
     with tempfile.TemporaryDirectory(prefix="cs-basics-grade-") as tmp:
         root = Path(tmp)
         for folder in ("code", "inputs", "out", "work"):
             (root / folder).mkdir()
         stage(assignment, submission, root / "code")
-        found = violations(assignment, root / "code")
+        rule = FromScratch(assignment, root / "code")
+        found = {name: rule.static_breach(name) for name in assignment.problems}
         to_run = [c for c in cases if not found.get(c.problem)]
         for case in to_run:
             save_file(assignment.store_for(case).load(case.id)[0], str(root / "inputs" / f"{case.id}.safetensors"))
@@ -192,11 +177,17 @@ def run_submission(assignment: Assignment, submission: Path, cases: list[Case], 
         job = Job(
             root=root,
             repo=assignment.root,
-            adapters=assignment.table.get("adapters", "tests.adapters"),
+            adapters=assignment.adapters_module,
             case_modules=case_modules(assignment),
             student_packages=sorted({Path(p).parts[0].removesuffix(".py") for p in assignment.student_code}),
             device=str(device),
             uid=uid,
+            rule={
+                "forbidden_ops": {name: list(p.forbidden_ops) for name, p in assignment.problems.items()},
+                "student_code": [*assignment.student_code, assignment.adapters_module.replace(".", "/") + ".py"],
+                "excluded": excluded_code(assignment),
+                "record": recording(),
+            },
         )
         runs, log = run_cases(job, [c.id for c in to_run], limits) if to_run else ({}, "")
     return runs, found, log, notes
@@ -226,13 +217,15 @@ def grade(assignment: Assignment, submission: Path, device: torch.device, limits
     for case in cases:  # loads and verifies every fixture before any student code runs
         assignment.store_for(case).load(case.id)
     runs, found, log, notes = run_submission(assignment, submission, cases, device, limits or Limits())
+    for case in cases:  # a problem breaks the rule when one of its own cases ran what it forbids
+        record = runs[case.id].record if case.id in runs else None
+        if not found.get(case.problem) and record is not None:
+            found[case.problem] = runtime_breach(case.problem, case.id, record)
     tests = []
     for case in cases:
-        uses = found.get(case.problem)
-        if uses:
-            names = "; ".join(str(u) for u in uses)
-            message = f"0 points for {case.problem}: it must be written from scratch, but the code uses {names}"
-            tests.append(TestResult(case, assignment.points[case.id], False, message))
+        breach = found.get(case.problem)
+        if breach:
+            tests.append(TestResult(case, assignment.points[case.id], False, breach))
             continue
         run = runs[case.id]
         passed, message = verdict(assignment, case, run, device)

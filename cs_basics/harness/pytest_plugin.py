@@ -13,10 +13,12 @@ from types import ModuleType
 import pytest
 import torch
 
-from cs_basics.harness.cases import Case, run_case
+from cs_basics.harness import diagnosis, record
+from cs_basics.harness.cases import Case, run_call, run_check
 from cs_basics.harness.config import Assignment
 from cs_basics.harness.device import DEVICE_ENV, choose_device, use_exact_float32
 from cs_basics.harness.fixtures import FixtureError
+from cs_basics.harness.fromscratch import FromScratch, runtime_breach
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -34,6 +36,7 @@ def pytest_configure(config: pytest.Config) -> None:
     except ValueError as err:
         raise pytest.UsageError(str(err)) from None
     use_exact_float32()
+    record.install()  # before the student's code is imported: threads it starts are recorded too
 
 
 def pytest_report_header(config: pytest.Config) -> str:
@@ -51,17 +54,36 @@ def assignment(pytestconfig: pytest.Config) -> Assignment:
     return Assignment.find(pytestconfig.rootpath)
 
 
+@pytest.fixture(scope="session")
+def from_scratch(assignment: Assignment) -> FromScratch:
+    """The grader's from-scratch rule, over this copy's code."""
+    return FromScratch(assignment, assignment.root)
+
+
+def run_graded(case: Case, adapters: ModuleType, assignment: Assignment, device: torch.device, rule: FromScratch):
+    """One graded case as the grader judges it: the from-scratch rule (static, then what the case ran),
+    then the values. Fails the test with the grader's message."""
+    try:
+        inputs, expected = assignment.store_for(case).load(case.id)
+    except FixtureError as err:
+        pytest.fail(str(err), pytrace=False)
+    breach = rule.static_breach(case.problem)
+    if breach:
+        pytest.fail(breach, pytrace=False)
+    with rule.watch(case.problem) as watch, diagnosis.crashes_noted():
+        outputs = run_call(case, adapters, inputs, device)
+    breach = runtime_breach(case.problem, case.id, watch.record)
+    if breach:
+        pytest.fail(breach, pytrace=False)
+    run_check(case, inputs, expected, outputs, device)
+
+
 @pytest.fixture
-def run_graded_case(assignment: Assignment, device: torch.device) -> Callable[[Case, ModuleType], None]:
-    """Run one case through the given adapters module on the session's device."""
-
-    def run(case: Case, adapters: ModuleType) -> None:
-        try:
-            run_case(case, adapters, assignment.store_for(case), device)
-        except FixtureError as err:
-            pytest.fail(str(err), pytrace=False)
-
-    return run
+def run_graded_case(
+    assignment: Assignment, device: torch.device, from_scratch: FromScratch
+) -> Callable[[Case, ModuleType], None]:
+    """Run one case through the given adapters module on the session's device, under the grader's rules."""
+    return lambda case, adapters: run_graded(case, adapters, assignment, device, from_scratch)
 
 
 def graded(test: Callable) -> Callable:

@@ -32,6 +32,7 @@ import torch
 from safetensors.torch import load
 
 from cs_basics.harness.compare import Foreign
+from cs_basics.harness.record import Record
 
 CHILD = Path(__file__).with_name("child.py")
 PR_SET_CHILD_SUBREAPER = 36
@@ -60,6 +61,7 @@ class Job:
     student_packages: list[str]
     device: str
     uid: int | None = None  # run as this uid (the grader is root)
+    rule: dict = field(default_factory=dict)  # what the child's record of operators looks for
 
 
 @dataclass
@@ -67,6 +69,7 @@ class CaseRun:
     outputs: dict | None = None
     error: str | None = None  # what went wrong, for the student
     seconds: float = 0.0
+    record: Record | None = None  # the forbidden operators the case ran, as the child saw them
 
 
 @dataclass
@@ -150,6 +153,7 @@ def start_child(job: Job, cases: list[str], limits: Limits) -> tuple[subprocess.
         "student_packages": job.student_packages,
         "device": job.device,
         "cases": cases,
+        "rule": job.rule,
     }
     (job.root / "job.json").write_text(json.dumps(settings))
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(job.root / "work"), "PYTHONHASHSEED": "0"}
@@ -243,10 +247,12 @@ def run_once(job: Job, cases: list[str], limits: Limits, runs: dict[str, CaseRun
                 deadline = min(started + limits.case_seconds, stop_at)
             elif kind in ("done", "error") and case == current:
                 seconds = time.monotonic() - started
+                record = Record.from_json(event.get("record", {}))
                 if kind == "done":
-                    runs[case] = CaseRun(outputs={}, seconds=seconds)  # read once the child is gone
+                    runs[case] = CaseRun(outputs={}, seconds=seconds, record=record)  # read once the child is gone
                 else:
-                    runs[case] = CaseRun(error=f"your code raised {event.get('message')}\n{event.get('traceback', '')}")
+                    error = f"your code raised {event.get('message')}\n{event.get('traceback', '')}"
+                    runs[case] = CaseRun(error=error, record=record)
                 remaining.remove(case)
                 current = None
                 deadline = stop_at

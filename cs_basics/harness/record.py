@@ -1,0 +1,258 @@
+"""The run-time half of the from-scratch rule: which ATen operators the student's code runs.
+
+While the student's code computes a case, a TorchDispatchMode sees every operator that reaches
+torch's dispatcher, whatever Python name reached it: `torch.softmax`, `F.softmax`, `x.softmax`,
+`nn.Softmax`, `torch.ops.aten._softmax`, a name built at run time, code run by `exec` all arrive
+as the one operator `aten._softmax`. A `Watch` around one call records the forbidden operators
+that ran and, for each, the line of the student's code that called it.
+
+Switching the record off is itself a breach: the harness runs a sentinel operation through the
+mode before and after the student's call (both must be seen, and the mode must still be on top
+of the stack), and the calls that pop or disable dispatch modes, made from outside torch while
+a case runs, are recorded as tampering. Python threads started after `install()` run under the
+record too (dispatch modes are per thread).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import functools
+import os
+import sys
+import threading
+import traceback
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import torch
+import torch.utils._python_dispatch as python_dispatch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+TORCH_DIR = str(Path(torch.__file__).parent)
+# the calls that take a dispatch mode off the stack or keep operators from reaching it
+SWITCHES = {
+    python_dispatch: ("_disable_current_modes", "_pop_mode", "_pop_mode_temporarily"),
+    torch._C: (
+        "_DisableTorchDispatch",
+        "_ExcludeDispatchKeyGuard",
+        "ExcludeDispatchKeyGuard",
+        "_SetExcludeDispatchKeyGuard",
+        "_pop_torch_dispatch_mode",
+        "_unset_dispatch_mode",
+        "_set_dispatch_mode",
+    ),
+}
+
+# set to 0 only to measure what the record costs (benchmarks/record_overhead.py): it switches the
+# run-time half of the from-scratch rule off, in the grader's environment as in pytest's
+RECORD_ENV = "CS_BASICS_RECORD_OPS"
+
+_active: Watch | None = None  # the watch of the case running now, if any
+_installed = False
+
+
+@dataclass(frozen=True)
+class Sighting:
+    """A forbidden operator that ran, and the student's line that called it ("" when none did)."""
+
+    op: str  # e.g. "aten._softmax"
+    where: str = ""  # e.g. "cs_basics/nn/functional.py:42 in scaled_dot_product_attention"
+
+
+@dataclass
+class Record:
+    """What one call ran: the forbidden operators seen, and any tampering with the record."""
+
+    sightings: list[Sighting] = field(default_factory=list)
+    tampering: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {"sightings": [asdict(s) for s in self.sightings], "tampering": list(self.tampering)}
+
+    @classmethod
+    def from_json(cls, data: Any) -> Record:
+        """A record sent by the child; anything malformed reads as an empty record."""
+        try:
+            sightings = [Sighting(str(s["op"]), str(s.get("where", ""))) for s in data.get("sightings", [])]
+            return cls(sightings, [str(t) for t in data.get("tampering", [])])
+        except (AttributeError, KeyError, TypeError):
+            return cls()
+
+
+def student_predicate(student_code: Iterable[str], excluded: Iterable[str]) -> Callable[[Path], bool]:
+    """Whether a path relative to the code's root is the student's: under `student_code`, not `excluded`."""
+    owned = [PurePosixPath(p) for p in student_code]
+    staff = [PurePosixPath(p) for p in excluded]
+
+    def is_student(relative: Path) -> bool:
+        path = PurePosixPath(Path(relative).as_posix())
+        inside = any(path == p or path.is_relative_to(p) for p in owned)
+        return inside and not any(path == s or path.is_relative_to(s) for s in staff)
+
+    return is_student
+
+
+class StudentFrames:
+    """Which stack frames are the student's: files under `root` that `is_student` accepts."""
+
+    def __init__(self, root: Path, is_student: Callable[[Path], bool]):
+        self.root = Path(root).resolve()
+        self.is_student = is_student
+
+    @functools.cache  # noqa: B019 (one instance per process)
+    def label(self, filename: str) -> str | None:
+        """The file relative to the root when it is the student's, else None."""
+        path = Path(filename)
+        if not path.is_absolute():
+            return None
+        try:
+            relative = path.resolve().relative_to(self.root)
+        except ValueError:
+            return None
+        return relative.as_posix() if self.is_student(relative) else None
+
+    def where(self, frames: traceback.StackSummary) -> str:
+        """The innermost student line of a stack, noting code run by exec below it."""
+        for depth, frame in enumerate(reversed(frames)):
+            label = self.label(frame.filename)
+            if label is not None:
+                below = list(reversed(frames))[:depth]
+                via_exec = any(f.filename.startswith("<") and not f.filename.startswith("<frozen") for f in below)
+                return f"{label}:{frame.lineno} in {frame.name}" + (" (in code it ran with exec)" if via_exec else "")
+        return ""
+
+
+class _Recorder(TorchDispatchMode):
+    def __init__(self, watch: Watch):
+        super().__init__()
+        self.watch = watch
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        watch = self.watch if self.watch is not None else _active
+        if watch is not None:
+            watch.saw(func, args)
+        return func(*args, **(kwargs or {}))
+
+
+class Watch:
+    """Record the forbidden operators that one call of the student's code runs.
+
+    with Watch(["aten._softmax"], frames) as watch:
+        outputs = call()
+    watch.record  # -> Record
+    """
+
+    def __init__(self, forbidden: Iterable[str], frames: StudentFrames, enabled: bool = True):
+        self.enabled = enabled
+        self.patterns = tuple(forbidden)
+        self.frames = frames
+        self.record = Record()
+        self._forbidden: dict[Any, bool] = {}
+        self._seen_ops: set[str] = set()
+        self._sentinel = torch.zeros(())
+        self._sentinel_seen = False
+        self._mode = _Recorder(self)
+
+    def saw(self, func: Any, args: tuple) -> None:
+        if args and args[0] is self._sentinel:
+            self._sentinel_seen = True
+            return
+        forbidden = self._forbidden.get(func)
+        if forbidden is None:
+            name = str(func.overloadpacket)
+            forbidden = self._forbidden[func] = any(fnmatch.fnmatchcase(name, p) for p in self.patterns)
+        if forbidden and str(func.overloadpacket) not in self._seen_ops:
+            op = str(func.overloadpacket)
+            self._seen_ops.add(op)
+            self.record.sightings.append(Sighting(op, self.frames.where(traceback.extract_stack()[:-3])))
+
+    def tampered(self, what: str) -> None:
+        self.record.tampering.append(what)
+
+    def _sentinel_passes(self) -> bool:
+        self._sentinel_seen = False
+        self._sentinel.add(0)
+        return self._sentinel_seen
+
+    def __enter__(self) -> Watch:
+        global _active
+        if not self.enabled:
+            return self
+        install()
+        self._depth = python_dispatch._len_torch_dispatch_stack()
+        self._mode.__enter__()
+        _active = self
+        if not self._sentinel_passes():
+            self.tampered("the record of operators could not see operators before the call (switched off at import?)")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        global _active
+        if not self.enabled:
+            return
+        try:
+            on_top = python_dispatch._get_current_dispatch_mode() is self._mode
+            if not (on_top and self._sentinel_passes()):
+                self.tampered("the record of operators was switched off during the call")
+        finally:
+            _active = None
+            _unwind(self._mode, self._depth)
+
+
+def recording() -> bool:
+    """Whether the record is on (always, but while its cost is measured)."""
+    return os.environ.get(RECORD_ENV, "1") != "0"
+
+
+def _unwind(mode: _Recorder, depth: int) -> None:
+    """Pop the dispatch-mode stack back to `depth`, through our mode, whatever the student left on it."""
+    while python_dispatch._len_torch_dispatch_stack() > depth:
+        top = python_dispatch._get_current_dispatch_mode()
+        if top is mode:
+            mode.__exit__(None, None, None)
+        else:
+            python_dispatch._pop_mode()
+
+
+def _caller_is_torch() -> bool:
+    """Whether the function that called a switch lives in torch itself (torch switches modes for its own ends)."""
+    frame = sys._getframe(2)
+    return frame.f_code.co_filename.startswith(TORCH_DIR)
+
+
+def _tripwire(name: str, original: Callable) -> Callable:
+    @functools.wraps(original)
+    def switch(*args: Any, **kwargs: Any) -> Any:
+        if _active is not None and not _caller_is_torch():
+            _active.tampered(f"called {name}, which switches the record of operators off")
+        return original(*args, **kwargs)
+
+    return switch
+
+
+def _record_threads() -> None:
+    """Dispatch modes are per thread: every Python thread started from here on runs under a recorder
+    that reports to the watch of the case running at the time."""
+    bootstrap = threading.Thread._bootstrap_inner
+
+    def run_recorded(thread: threading.Thread) -> None:
+        with _Recorder(None):  # type: ignore[arg-type]
+            bootstrap(thread)
+
+    threading.Thread._bootstrap_inner = run_recorded  # type: ignore[method-assign]
+
+
+def install() -> None:
+    """Set the tripwires and the thread hook once per process, before the student's code is imported."""
+    global _installed
+    if _installed:
+        return
+    _installed = True
+    for module, names in SWITCHES.items():
+        for name in names:
+            original = getattr(module, name, None)
+            if original is not None:
+                setattr(module, name, _tripwire(f"{module.__name__}.{name}", original))
+    _record_threads()

@@ -1,0 +1,162 @@
+"""Re-grades that redo only what changed: a fingerprint of everything a grade depends on.
+
+A grade depends on the submission's student code (read the way `grading.stage` reads it), the
+course (its `[tool.cs-basics]` table and the modules grading copies: cases, hidden cases, adapters),
+the fixtures (each store's MANIFEST.json checksums), the grader (cs_basics's and torch's versions and
+the harness's sources, so a grader fix re-grades) and the grading settings (device, limits). Their
+hash is kept in the results file under Gradescope's optional top-level `extra_data`
+(`{"cs_basics": {"fingerprint": ..., "parts": {...}}}`), which Gradescope stores and ignores. A batch
+skips a submission whose results file holds the fingerprint it has now, unless forced.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import os
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from cs_basics.harness.config import Assignment
+from cs_basics.harness.fixtures import MANIFEST
+from cs_basics.harness.grading import PACKAGE, TOOLING, case_modules, module_package, student_source
+
+EXTRA = "cs_basics"  # our key in the results file's `extra_data`
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def canonical(value) -> bytes:
+    return json.dumps(value, sort_keys=True).encode()
+
+
+def file_sha256(path: Path) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()  # in chunks: a submission's files may be large
+
+
+def digest(hashes: Iterable[tuple[str, str]]) -> str:
+    """One hash of (name, hash of its content) pairs, independent of the order they come in."""
+    return sha256("\n".join(sorted(f"{name}\0{h}" for name, h in hashes)).encode())
+
+
+def regular_files(path: Path) -> Iterator[Path]:
+    """The files `grading.copy_regular` stages: regular files only, no links, no `__pycache__`."""
+    if path.is_symlink():
+        return
+    if path.is_dir():
+        for child in path.iterdir():
+            if child.name != "__pycache__":
+                yield from regular_files(child)
+    elif path.is_file():
+        yield path
+
+
+def submission_digest(assignment: Assignment, submission: Path) -> str:
+    """The submission's student code, less what the grader overlays with its own (tooling, staff code)."""
+    overlaid = [Path(p) for p in (*assignment.staff_code, *TOOLING)]
+    files = []
+    for rel in assignment.student_code:
+        source = student_source(assignment, submission, rel)
+        for path in regular_files(source):
+            name = Path(rel) / path.relative_to(source)
+            if not any(name == o or name.is_relative_to(o) for o in overlaid):
+                files.append((name.as_posix(), file_sha256(path)))
+    return digest(files)
+
+
+def python_sources(root: Path, under: Path) -> list[tuple[str, str]]:
+    return [(p.relative_to(root).as_posix(), file_sha256(p)) for p in under.rglob("*.py")]
+
+
+def manifest_checksums(folder: Path) -> dict:
+    """The checksums a fixture store's manifest holds (grading itself says what is wrong with a bad one)."""
+    path = folder / MANIFEST
+    try:
+        return json.loads(path.read_text()).get("sha256", {})
+    except (OSError, ValueError, AttributeError):
+        return {"unreadable": file_sha256(path) if path.is_file() else "missing"}
+
+
+def version(package: str) -> str:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def course_parts(assignment: Assignment, settings: Mapping[str, object], grader: Path = PACKAGE) -> dict[str, str]:
+    """What every submission's fingerprint shares: compute it once per batch."""
+    modules = [*case_modules(assignment), assignment.table.get("adapters", "tests.adapters")]
+    packages = dict.fromkeys(module_package(assignment, m) for m in modules)
+    course = [("[tool.cs-basics]", sha256(canonical(assignment.table)))]
+    course += [f for p in packages for f in python_sources(assignment.root, p)]
+    stores = [store.root for store in (assignment.store, assignment.hidden_store) if store is not None]
+    fixtures = [(os.path.relpath(s, assignment.root), sha256(canonical(manifest_checksums(s)))) for s in stores]
+    tools = [("versions", f"cs-basics {version('cs-basics')} torch {version('torch')}")]
+    tools += python_sources(grader.parent, grader / "harness")
+    return {
+        "course": digest(course),
+        "fixtures": digest(fixtures),
+        "grader": digest(tools),
+        "settings": sha256(canonical(dict(settings))),
+    }
+
+
+def fingerprint(course: Mapping[str, str], assignment: Assignment, submission: Path) -> dict:
+    """{"fingerprint": one hash, "parts": the hash of each thing it depends on (to say what changed)}."""
+    parts = {**course, "submission": submission_digest(assignment, submission)}
+    return {"fingerprint": sha256(canonical(parts)), "parts": parts}
+
+
+def settings_of(args) -> dict:
+    """The grading options that can change a grade."""
+    names = ("device", "case_seconds", "total_seconds", "memory_mb")
+    return {name: getattr(args, name, None) for name in names}
+
+
+def stamp(data: dict, fingerprint: dict | None, error: str = "") -> dict:
+    """The results with what the batch knows: the fingerprint of a completed grading, or why it did not complete
+    (no fingerprint then, so the next batch grades it again)."""
+    ours = dict(fingerprint or {})
+    if error:
+        ours["error"] = error
+    return {**data, "extra_data": {**(data.get("extra_data") or {}), EXTRA: ours}}
+
+
+def stored(data: Mapping | None) -> dict:
+    return dict(((data or {}).get("extra_data") or {}).get(EXTRA) or {})
+
+
+def read_results(path: Path) -> dict | None:
+    """A results file, or None when there is none (or it cannot be read: it will be graded again)."""
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+@dataclass
+class Planned:
+    submission: Path
+    results: Path
+    fingerprint: dict  # what to stamp once it is graded
+    skip: bool  # its results file already holds this fingerprint
+
+
+def plan(
+    assignment: Assignment, submissions: list[Path], results_dir: Path, settings: Mapping, force: bool = False
+) -> list[Planned]:
+    """Which submissions to grade and which to skip, each with its fingerprint."""
+    course = course_parts(assignment, settings)
+    planned = []
+    for submission in submissions:
+        results = results_dir / f"{submission.name}.json"
+        now = fingerprint(course, assignment, submission)
+        before = stored(read_results(results)).get("fingerprint")
+        planned.append(Planned(submission, results, now, skip=not force and before == now["fingerprint"]))
+    return planned

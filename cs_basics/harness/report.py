@@ -1,0 +1,344 @@
+"""Item analysis of a course's grades: which cases the class fails, and why.
+
+Reads any folder of Gradescope results files (a batch's `<name>.json`, or `<name>/results.json`,
+e.g. results graded elsewhere) and only Gradescope's fields: `score` and each test's `name`, `score`,
+`max_score`, `status`, `output` and `tags` (the first tag is the problem). It writes, into one folder:
+
+- `scores.csv` (merge only; a batch writes its own): each submission's score, the most it could get, and
+  why grading did not complete, if it did not;
+- `items.csv`: per case, how many submissions have it, its pass rate, mean and max score, the most common
+  diagnosed mistakes (`(known mistake: <name>)` in a failure message) and, for failures without one, the
+  most common first lines of the failure message, each with its count;
+- `problems.csv`: per problem, the distribution of submissions' scores;
+- `totals.png` (a histogram of totals) and `pass_rates.png` (per-case pass rates as bars).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+import statistics
+import sys
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from cs_basics.harness.regrade import stored
+from cs_basics.harness.results import write_atomic, write_results
+
+SCORES, ITEMS, PROBLEMS = "scores.csv", "items.csv", "problems.csv"
+TOTALS_PNG, PASS_RATES_PNG = "totals.png", "pass_rates.png"
+MISTAKE = re.compile(r"\(known mistake: ([^()]+?)\)")
+TOP = 3  # how many mistakes or failure lines per case
+UNTAGGED = "(untagged)"
+SCORE_FIELDS = ["submission", "score", "max_score", "error"]
+ITEM_FIELDS = ["case", "problem", "submissions", "passed", "pass_rate", "mean_score", "max_score", "mistakes"]
+ITEM_FIELDS += ["other_failures"]
+PROBLEM_FIELDS = ["problem", "max_score", "submissions", "mean", "median", "min", "max", "zero", "full"]
+PROBLEM_FIELDS += ["distribution"]
+
+
+class ReportError(ValueError):
+    """A folder that holds no results, a file that is not one, or two shards that disagree."""
+
+
+def read_one(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise ReportError(f"{path}: not a readable JSON file ({err})") from None
+    if not isinstance(data, dict) or not {"score", "tests"} & set(data):
+        raise ReportError(f"{path}: not a Gradescope results file (neither a `score` nor a `tests` list)")
+    tests = data.get("tests", [])
+    if not isinstance(tests, list) or not all(isinstance(t, dict) for t in tests):
+        raise ReportError(f"{path}: `tests` must be a list of objects, as in Gradescope's results.json")
+    return data
+
+
+def load_folder(folder: Path) -> dict[str, dict]:
+    """Submission name -> results: from `<name>.json` and `<name>/results.json` in the folder."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise ReportError(f"{folder} is not a folder of results files")
+    paths = {p.stem: p for p in sorted(folder.glob("*.json")) if not p.name.startswith(".")}
+    for path in sorted(folder.glob("*/results.json")):
+        if path.parent.name in paths:
+            raise ReportError(f"{folder}: both {paths[path.parent.name]} and {path} are results of {path.parent.name}")
+        paths[path.parent.name] = path
+    if not paths:
+        raise ReportError(f"no results files (<name>.json or <name>/results.json) in {folder}")
+    return {name: read_one(path) for name, path in sorted(paths.items())}
+
+
+def grade_of(data: Mapping) -> tuple:
+    """What a grade is, for comparing two gradings of one submission: the scores and statuses (not the
+    messages, whose tracebacks name the grading's temporary folder, nor timing or printed output)."""
+    return total(data), [
+        tuple(t.get(k) for k in ("name", "score", "max_score", "status")) for t in data.get("tests", [])
+    ]
+
+
+def merge_results(folders: list[Path]) -> dict[str, dict]:
+    """The results of several folders (a course's shards); a submission in two of them must have one grade."""
+    merged: dict[str, dict] = {}
+    where: dict[str, Path] = {}
+    for folder in folders:
+        for name, data in load_folder(folder).items():
+            if name in merged and grade_of(merged[name]) != grade_of(data):
+                raise ReportError(
+                    f"{name} was graded in both {where[name]} and {folder} with different results "
+                    f"(score {total(merged[name]):g} and {total(data):g}, or different tests): "
+                    "delete the results file you do not trust and merge again"
+                )
+            merged.setdefault(name, data)
+            where.setdefault(name, folder)
+    return dict(sorted(merged.items()))
+
+
+def total(data: Mapping) -> float:
+    """Gradescope's rule: the top-level `score` if given, else the sum of the tests' scores."""
+    return data["score"] if "score" in data else sum(t.get("score", 0.0) for t in data.get("tests", []))
+
+
+def passed(test: Mapping) -> bool:
+    if "status" in test:
+        return test["status"] == "passed"
+    return test.get("score", 0.0) >= test.get("max_score", 0.0)
+
+
+def problem_of(test: Mapping) -> str:
+    return (test.get("tags") or [UNTAGGED])[0]
+
+
+def score_row(name: str, data: Mapping) -> dict:
+    """One line of scores.csv; `error` is what the batch stamped when grading did not complete."""
+    error = stored(data).get("error", "")
+    most = round(sum(t.get("max_score", 0.0) for t in data.get("tests", [])), 3)
+    return {"submission": name, "score": total(data), "max_score": most, "error": error}
+
+
+def csv_text(rows: list[dict], fields: list[str]) -> str:
+    text = io.StringIO()
+    writer = csv.DictWriter(text, fieldnames=fields, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return text.getvalue()
+
+
+def write_scores(path: Path, rows: list[dict]) -> None:
+    write_atomic(path, csv_text(sorted(rows, key=lambda r: r["submission"]), SCORE_FIELDS))
+
+
+def counted(counter: Counter) -> str:
+    """`a (3); b (1)`: the most common first, ties by name, so every run writes the same."""
+    ranked = sorted(counter.items(), key=lambda kv: (-kv[1], kv[0]))[:TOP]
+    return "; ".join(f"{key} ({n})" for key, n in ranked)
+
+
+def failure_line(output: str) -> str:
+    """The message's first line; when it only introduces a traceback ("...failed to import:"), with the
+    exception it ends on."""
+    lines = [line.rstrip() for line in output.strip().splitlines()] or ["(no message)"]
+    if lines[0].endswith(":"):
+        raised = [line for line in lines[1:] if line and not line[0].isspace() and not line.startswith("Traceback")]
+        return f"{lines[0]} {raised[-1]}" if raised else lines[0]
+    return lines[0]
+
+
+def item_rows(results: Mapping[str, Mapping]) -> list[dict]:
+    """Per case (Gradescope test name), in the order the results list them."""
+    by_case: dict[str, list[Mapping]] = {}
+    for name in sorted(results):
+        for i, test in enumerate(results[name].get("tests", [])):
+            by_case.setdefault(test.get("name") or f"(test {i + 1})", []).append(test)
+    rows = []
+    for case, tests in by_case.items():
+        mistakes, lines = Counter(), Counter()
+        for test in tests:
+            if passed(test):
+                continue
+            output = test.get("output") or ""
+            named = MISTAKE.findall(output)
+            mistakes.update(named)
+            if not named:
+                lines[failure_line(output)] += 1
+        n_passed = sum(passed(t) for t in tests)
+        rows.append(
+            {
+                "case": case,
+                "problem": problem_of(tests[0]),
+                "submissions": len(tests),
+                "passed": n_passed,
+                "pass_rate": round(n_passed / len(tests), 4),
+                "mean_score": round(statistics.fmean(t.get("score", 0.0) for t in tests), 4),
+                "max_score": max(t.get("max_score", 0.0) for t in tests),
+                "mistakes": counted(mistakes),
+                "other_failures": counted(lines),
+            }
+        )
+    return rows
+
+
+def distribution(scores: list[float], most: float) -> str:
+    """`score: count` for each score reached, or for 5 equal bins of [0, most] when there are many."""
+    values = sorted(set(scores))
+    if len(values) <= 6 or most <= 0:
+        return ", ".join(f"{v:g}: {scores.count(v)}" for v in values)
+    bins = Counter(min(int(5 * s / most), 4) for s in scores)  # the top bin holds full marks
+    return ", ".join(f"{most * i / 5:.3g}-{most * (i + 1) / 5:.3g}: {bins[i]}" for i in range(5))
+
+
+def problem_rows(results: Mapping[str, Mapping]) -> list[dict]:
+    """Per problem, then the total: each submission's score on it, summarized."""
+    per: dict[str, dict[str, list[float]]] = {}
+    for name in sorted(results):
+        mine: dict[str, list[float]] = {}
+        for test in results[name].get("tests", []):
+            got = mine.setdefault(problem_of(test), [0.0, 0.0])
+            got[0] += test.get("score", 0.0)
+            got[1] += test.get("max_score", 0.0)
+        mine["total"] = [total(results[name]), sum(m for _, m in mine.values())]
+        for problem, (score, most) in mine.items():
+            per.setdefault(problem, {"scores": [], "most": []})
+            per[problem]["scores"].append(round(score, 3))  # as scores.csv: 24 cases' shares sum to 4.99999
+            per[problem]["most"].append(round(most, 3))
+    rows = []
+    for problem in sorted(per, key=lambda p: p == "total"):  # the total last, the problems as first listed
+        scores, most = per[problem]["scores"], max(per[problem]["most"])
+        rows.append(
+            {
+                "problem": problem,
+                "max_score": most,
+                "submissions": len(scores),
+                "mean": round(statistics.fmean(scores), 4),
+                "median": statistics.median(scores),
+                "min": min(scores),
+                "max": max(scores),
+                "zero": sum(s == 0 for s in scores),
+                "full": sum(s >= most for s in scores),
+                "distribution": distribution(scores, most),
+            }
+        )
+    return rows
+
+
+@dataclass
+class Analysis:
+    items: list[dict]
+    problems: list[dict]
+    totals: list[float]
+    max_total: float
+    files: list[Path]
+
+
+def figure(width: float, height: float):
+    """A figure on matplotlib's Agg canvas: no display, no pyplot state shared with the caller."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height))
+    FigureCanvasAgg(fig)
+    return fig, fig.add_subplot()
+
+
+def save(fig, path: Path) -> None:
+    fig.savefig(path, dpi=90, metadata={"Software": None}, bbox_inches="tight")  # no version: the same bytes
+
+
+def plot_totals(totals: list[float], most: float, path: Path) -> None:
+    from matplotlib.ticker import MaxNLocator
+
+    fig, ax = figure(7, 4)
+    ax.hist(totals, bins=20, range=(0, most or 1), color="C0", rwidth=0.9)
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set(title=f"totals of {len(totals)} submissions", xlabel=f"score (of {most:g})", ylabel="submissions")
+    save(fig, path)
+
+
+def plot_pass_rates(items: list[dict], path: Path) -> None:
+    from matplotlib.patches import Patch
+
+    colors = {p: f"C{i}" for i, p in enumerate(dict.fromkeys(r["problem"] for r in items))}
+    fig, ax = figure(8, 1.2 + 0.25 * len(items))
+    y = list(range(len(items)))[::-1]  # the first case on top
+    ax.barh(y, [100 * r["pass_rate"] for r in items], color=[colors[r["problem"]] for r in items])
+    ax.set_yticks(y, [r["case"] for r in items], fontsize=7)
+    ax.set(xlim=(0, 100), xlabel="% of submissions passing", title="pass rate per case")
+    ax.legend(handles=[Patch(color=c, label=p) for p, c in colors.items()], fontsize=7)
+    save(fig, path)
+
+
+def analyse(results: Mapping[str, Mapping], out: Path) -> Analysis:
+    """Write items.csv, problems.csv and the two PNGs into `out` (the PNGs only when there is a result)."""
+    out = Path(out)
+    items, problems = item_rows(results), problem_rows(results)
+    totals = [total(results[name]) for name in sorted(results)]
+    most = max((r["max_score"] for r in problems if r["problem"] == "total"), default=0.0)
+    write_atomic(out / ITEMS, csv_text(items, ITEM_FIELDS))
+    write_atomic(out / PROBLEMS, csv_text(problems, PROBLEM_FIELDS))
+    files = [out / ITEMS, out / PROBLEMS]
+    if results:
+        plot_totals(totals, most, out / TOTALS_PNG)
+        plot_pass_rates(items, out / PASS_RATES_PNG)
+        files += [out / TOTALS_PNG, out / PASS_RATES_PNG]
+    return Analysis(items, problems, totals, most, files)
+
+
+def print_analysis(analysis: Analysis, console: Console | None = None, caption: str | None = None) -> None:
+    console = console or Console(width=None if sys.stdout.isatty() else 160)
+    table = Table(title="cases: how the class did", caption=caption)
+    table.add_column("case", no_wrap=True)
+    table.add_column("passed", justify="right", no_wrap=True)
+    table.add_column("mean/max", justify="right", no_wrap=True)
+    table.add_column("most common failures (known mistakes first)", min_width=40)
+    for r in analysis.items:
+        why = "; ".join(x for x in (r["mistakes"], r["other_failures"]) if x)
+        share = f"{r['passed']}/{r['submissions']} ({100 * r['pass_rate']:.0f}%)"
+        table.add_row(escape(r["case"]), share, f"{r['mean_score']:.3g}/{r['max_score']:.3g}", escape(why[:160]))
+    console.print(table)
+    table = Table(title="problems: distribution of scores")
+    for column in ("problem", "of", "mean", "median", "min", "max", "zero", "full", "score: submissions"):
+        table.add_column(column, justify="left" if column in ("problem", "score: submissions") else "right")
+    for r in analysis.problems:
+        stats = [f"{r[k]:.3g}" for k in ("max_score", "mean", "median", "min", "max")]
+        table.add_row(escape(r["problem"]), *stats, str(r["zero"]), str(r["full"]), escape(r["distribution"]))
+    console.print(table)
+    if analysis.files:
+        console.print("wrote " + ", ".join(str(p) for p in analysis.files))
+
+
+def stamped_parts(results: Mapping[str, Mapping]) -> set[tuple]:
+    """The distinct course, fixtures, grader and settings hashes the results were graded with."""
+    found = set()
+    for data in results.values():
+        parts = stored(data).get("parts")
+        if parts:
+            found.add(tuple(sorted((k, v) for k, v in parts.items() if k != "submission")))
+    return found
+
+
+def merge(folders: list[Path], out: Path) -> Analysis:
+    """One results folder from several shards': every results file, scores.csv and the item analysis."""
+    out = Path(out)
+    if any(out.resolve() == Path(f).resolve() for f in folders):
+        raise ReportError(f"--out {out} is one of the folders being merged: choose a new folder")
+    results = merge_results(folders)
+    if len(stamped_parts(results)) > 1:
+        print(
+            "warning: these results were not all graded with the same course, fixtures, grader "
+            "and settings (their fingerprints differ in more than the submission)"
+        )
+    for name, data in results.items():
+        write_results(out / f"{name}.json", data)
+    write_scores(out / SCORES, [score_row(name, data) for name, data in results.items()])
+    analysis = analyse(results, out)
+    print_analysis(analysis, caption=f"{len(results)} submissions from {len(folders)} folders")
+    print(f"merged {len(results)} submissions into {out / SCORES}")
+    return analysis
