@@ -1,5 +1,6 @@
 """Student-like implementations: correct variants the graded cases must pass, and broken
-ones (the mistakes students plausibly make) each of which some graded case must fail."""
+ones (the mistakes students plausibly make) each of which some graded case must fail, most
+of them known mistakes (tests/cases.py MISTAKES, or a known crash) that the failure names."""
 
 from __future__ import annotations
 
@@ -109,6 +110,66 @@ def not_implemented(*args, **kwargs):
     raise NotImplementedError
 
 
+def scale_by_sequence_length(Q, K, V, mask=None):
+    d_k = K.size(-2)  # the keys' count, not their size
+    return attention_matmul(Q, K, V, mask, scale=1 / math.sqrt(d_k))
+
+
+def mask_multiplied_into_scores(Q, K, V, mask=None):
+    scores = _scores(Q, K)
+    if mask is not None:
+        scores = scores * mask
+    return softmax_max_shift(scores, -1) @ V
+
+
+def scale_after_softmax(Q, K, V, mask=None):
+    scores = torch.einsum("...qd,...kd->...qk", Q, K)
+    if mask is not None:
+        scores = torch.where(mask, scores, -math.inf)
+    weights = torch.nan_to_num(softmax_max_shift(scores, -1)) / math.sqrt(K.shape[-1])
+    return torch.einsum("...qk,...kd->...qd", weights, V)
+
+
+def nan_to_num_output(Q, K, V, mask=None):
+    return torch.nan_to_num(nan_for_all_false_rows(Q, K, V, mask))
+
+
+def mask_none_crash(Q, K, V, mask=None):
+    return softmax_max_shift(_scores(Q, K).masked_fill(~mask, -math.inf), -1) @ V
+
+
+def fill_minus_1e9(Q, K, V, mask=None):
+    return attention_matmul(Q, K, V, mask, fill=-1e9)
+
+
+def boolean_index(Q, K, V, mask=None):
+    scores = _scores(Q, K)
+    if mask is not None:
+        scores[~mask] = -math.inf
+    return torch.nan_to_num(softmax_max_shift(scores, -1)) @ V
+
+
+def scales_q_in_place_with_grad(Q, K, V, mask=None):
+    Q /= math.sqrt(Q.shape[-1])
+    return attention_matmul(Q, K, V, mask, scale=1.0)
+
+
+def softmax_divides_in_place(x, dim):
+    e = torch.exp(x - x.max(dim=dim, keepdim=True).values)
+    e /= e.sum(dim=dim, keepdim=True)
+    return e
+
+
+def softmax_global_max(x, dim):
+    e = torch.exp(x - x.max())
+    return e / e.sum(dim=dim, keepdim=True)
+
+
+def softmax_sum_over_everything(x, dim):
+    e = torch.exp(x - x.max(dim=dim, keepdim=True).values)
+    return e / e.sum()
+
+
 def scaled(scale_of):
     return lambda Q, K, V, mask=None: attention_matmul(Q, K, V, mask, scale=scale_of(Q, V))
 
@@ -172,4 +233,57 @@ BROKEN = {
     "scales_q_in_place": (impl(scales_q_in_place), "scaled_dot_product_attention-no_mask"),
     "softmax_shifts_in_place": (impl(softmax=softmax_shifts_in_place), "softmax-last_dim"),
     "not_implemented": (impl(not_implemented, not_implemented), "scaled_dot_product_attention-no_mask"),
+    "scale_by_sequence_length": (impl(scale_by_sequence_length), "scaled_dot_product_attention-causal_mask"),
+    "mask_multiplied_into_scores": (impl(mask_multiplied_into_scores), "4d_scaled_dot_product_attention-padding_mask"),
+    "scale_after_softmax": (impl(scale_after_softmax), "4d_scaled_dot_product_attention-causal_mask"),
+    "nan_to_num_output": (impl(nan_to_num_output), "scaled_dot_product_attention_mask-all_false_rows"),
+    "mask_none_crash": (impl(mask_none_crash), "scaled_dot_product_attention-grad_no_mask"),
+    "fill_minus_1e9_in_float16": (impl(fill_minus_1e9), "scaled_dot_product_attention-float16"),
+    "boolean_index_with_broadcast_mask": (impl(boolean_index), "scaled_dot_product_attention_mask-broadcast_5d"),
+    "scales_q_in_place_with_grad": (impl(scales_q_in_place_with_grad), "scaled_dot_product_attention-grad"),
+    "softmax_divides_in_place": (impl(softmax=softmax_divides_in_place), "softmax-grad"),
+    "softmax_global_max": (impl(softmax=softmax_global_max), "hidden_softmax-dim_1_near_1e4"),
+    "softmax_sum_over_everything": (impl(softmax=softmax_sum_over_everything), "softmax-last_dim"),
+    "no_scale_and_mask_flipped": (
+        impl(lambda Q, K, V, mask=None: attention_matmul(Q, K, V, None if mask is None else ~mask, scale=1.0)),
+        "scaled_dot_product_attention-mask",
+    ),
 }
+
+# the known mistake (tests/cases.py MISTAKES) or known crash (cs_basics.harness.diagnosis.CRASHES) that
+# each broken implementation's failure must name; the others are outside the library and get no name
+DIAGNOSES = {
+    "no_scale": "no_scale",
+    "scale_by_d_k": "scale_by_d_k",
+    "scale_by_d_v": "scale_by_d_v",
+    "scale_by_sequence_length": "scale_by_sequence_length",
+    "mask_flipped": "mask_flipped",
+    "mask_ignored": "mask_ignored",
+    "mask_after_softmax": "mask_after_softmax",
+    "mask_multiplied_into_scores": "mask_multiplied_into_scores",
+    "softmax_over_queries": "softmax_over_queries",
+    "scale_after_softmax": "scale_after_softmax",
+    "uniform_for_all_false_rows": "all_false_rows_mean_of_v",
+    "nan_for_all_false_rows": "all_false_rows_nan",
+    "nan_to_num_output": "nan_to_num_output",
+    "attention_softmax_no_shift": "no_max_shift",
+    "float32_cast_back": "float32_arithmetic",
+    "computes_in_float32": "float32_arithmetic",
+    "softmax_no_shift": "no_max_shift",
+    "softmax_global_max": "global_max",
+    "softmax_always_last_dim": "ignores_dim",
+    "softmax_sum_over_everything": "sum_over_everything",
+    "softmax_in_float32": "float32_arithmetic",
+    "mask_none_crash": "mask_none",
+    "fill_minus_1e9_in_float16": "fill_overflows_float16",
+    "boolean_index_with_broadcast_mask": "boolean_index_with_broadcast_mask",
+    "view_instead_of_reshape": "view_on_non_contiguous",
+    "scales_q_in_place_with_grad": "in_place_on_input",
+    "softmax_divides_in_place": "in_place_on_saved_tensor",
+    "bmm_only_3d": "bmm_on_more_than_3d",
+}
+
+
+def fingerprint(t: torch.Tensor) -> str:
+    """Which case a tensor argument comes from: its shape, dtype and the sum of its magnitudes."""
+    return f"{tuple(t.shape)}|{t.dtype}|{float(t.detach().double().abs().sum()):.6g}"

@@ -131,6 +131,28 @@ def test_a_broken_attention_in_the_student_package_fails_the_example(example, de
     assert "rerun: uv run pytest -k 'test_multihead_self_attention and cs336_shape'" in result.stdout
 
 
+@pytest.mark.parametrize(
+    ("old", "new", "mistake"),
+    [
+        ("scaled_dot_product_attention(Q, K, V, causal)", "scaled_dot_product_attention(Q, K, V)", "no_causal_mask"),
+        (".tril()", ".triu()", "causal_mask_flipped"),
+        ("(heads d)", "(d heads)", "heads_interleaved"),
+    ],
+)
+def test_the_example_names_its_own_known_mistakes(example, old, new, mistake):
+    """The example declares its mistakes next to its cases; a student's version of each is named."""
+    attention = example / "cs_basics_mha" / "attention.py"
+    source = attention.read_text()
+    assert old in source, f"the example's solution no longer says {old!r}"
+    attention.write_text(source.replace(old, new))
+    try:
+        result = uv("pytest", "-m", "points", "-k", "cs336_shape", cwd=example)
+    finally:
+        attention.write_text(source)
+    assert result.returncode == 1, result.stdout[-4000:] + result.stderr[-2000:]
+    assert set(re.findall(r"\(known mistake: (\w+)\)", result.stdout)) == {mistake}, result.stdout[-4000:]
+
+
 def test_example_grades_full_marks(example, tmp_path):
     results = tmp_path / "results.json"
     run = uv("cs-basics", "grade", "--results", str(results), cwd=example)

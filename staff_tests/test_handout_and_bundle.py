@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from cs_basics.harness.handout import HandoutError, cut
+from cs_basics.harness.config import Assignment
+from cs_basics.harness.handout import HandoutError, build, check_readme, check_ruff, cut
 
 from .submissions import ROOT, submission, wrap_attention
 
@@ -24,8 +25,21 @@ def test_cut_stubs_function_bodies_and_drops_top_level_helpers():
         "    # END SOLUTION\n\n\n# BEGIN SOLUTION\ndef _helper():\n    return 1\n\n\n# END SOLUTION\n"
     )
     text, removed = cut(source)
-    assert text == 'import math\n\n\ndef f(x):\n    """Doc."""\n    raise NotImplementedError\n'
+    assert text == 'def f(x):\n    """Doc."""\n    raise NotImplementedError\n'  # math: for the solution only
     assert removed == ["    return math.sqrt(x)\n", "def _helper():\n", "    return 1\n", "\n", "\n"]
+
+
+def test_cut_drops_the_imports_only_the_solution_used():
+    source = (
+        '"""Doc."""\n\nfrom __future__ import annotations\n\nimport itertools\nimport math\n\nimport torch\n'
+        "from jaxtyping import Bool, Float\nfrom torch import Tensor\n\n\n"
+        "def f(x: Float[Tensor, ' n']) -> Tensor:\n    # BEGIN SOLUTION\n"
+        "    return torch.tensor(math.pi) * x\n    # END SOLUTION\n"
+    )
+    assert cut(source)[0] == (
+        '"""Doc."""\n\nfrom __future__ import annotations\n\nfrom jaxtyping import Float\nfrom torch import Tensor\n'
+        "\n\ndef f(x: Float[Tensor, ' n']) -> Tensor:\n    raise NotImplementedError\n"
+    )
 
 
 @pytest.mark.parametrize(
@@ -46,9 +60,36 @@ def test_handout_command_builds_and_checks_the_starter_repository(tmp_path):
     assert (out / "fixtures" / "MANIFEST.json").is_file() and (out / "uv.lock").is_file()
     functional = (out / "cs_basics" / "nn" / "functional.py").read_text()
     assert functional.count("raise NotImplementedError") == 2 and "# BEGIN SOLUTION" not in functional
+    assert "import itertools" not in functional and "einops" not in functional and "staff" not in functional
+    assert (out / "README.md").read_text() == (ROOT / "docs" / "student" / "README.md").read_text()
+    assert not (out / "docs").exists()
     assert "hidden" not in (out / "pyproject.toml").read_text().split("[tool.pytest.ini_options]")[1]
+    assert "handout_readme" not in (out / "pyproject.toml").read_text()
     again = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert again.returncode == 2 and "already exists" in again.stderr
+
+
+def test_the_handout_checks_catch_a_staff_section_a_solution_import_and_the_threat_model(tmp_path):
+    assignment = Assignment.find(ROOT)
+    out = tmp_path / "handout"
+    build(assignment, out)
+    assert check_readme(assignment, out) == [] and check_ruff(out) == []
+    readme = out / "README.md"
+    readme.write_text(readme.read_text() + "\n## For course staff\n\nThe reference solution...\n")
+    assert "README.md has the staff README's section 'For course staff'" in check_readme(assignment, out)
+    readme.write_text((ROOT / "docs" / "student" / "README.md").read_text())
+    staff = (ROOT / "README.md").read_text()
+    threat_model = staff[staff.index("### Threat model") :].split("\n### ")[0]
+    (out / "NOTES.md").write_text(threat_model)
+    assert check_readme(assignment, out) == ["NOTES.md has the staff README's section 'Threat model'"]
+    (out / "NOTES.md").unlink()
+    functional = out / "cs_basics" / "nn" / "functional.py"
+    text = functional.read_text()
+    functional.write_text(
+        text.replace("from __future__ import annotations\n", "from __future__ import annotations\n\nimport itertools\n")
+    )
+    problems = check_ruff(out)
+    assert len(problems) == 1 and "F401" in problems[0] and "itertools" in problems[0]
 
 
 def test_autograder_bundle_grades_a_submission_in_a_simulated_autograder_tree(assignment, tmp_path):

@@ -78,6 +78,20 @@ def test_a_wrong_scale_fails_with_a_message_that_says_what_to_fix(project_copy):
     assert "scaled_dot_product_attention-no_mask: out: 3072 of 3072 elements differ" in out
     assert "worst absolute error" in out and "worst relative error" in out
     assert "rerun: uv run pytest -k 'test_scaled_dot_product_attention and no_mask'" in out
+    assert "  This looks like: the scores are divided by d_k, not by its square root" in out
+    assert "(known mistake: scale_by_d_k)" in out
+
+
+def test_a_known_crash_gets_its_sentence_under_the_traceback(project_copy):
+    functional = project_copy / "cs_basics" / "nn" / "functional.py"
+    crash = "\n\n_reference = scaled_dot_product_attention\n\n\ndef scaled_dot_product_attention(Q, K, V, mask=None):\n"
+    functional.write_text(functional.read_text() + crash + "    keep = ~mask\n    return _reference(Q, K, V, ~keep)\n")
+    result = pytest_run("-q", "-k", "test_scaled_dot_product_attention and no_mask", cwd=project_copy)
+    assert result.returncode == 1, result.stdout
+    assert "E       TypeError: bad operand type for unary ~: 'NoneType'\nE       This looks like: mask is optional" in (
+        result.stdout
+    )
+    assert "(known mistake: mask_none)" in result.stdout
 
 
 def test_an_altered_fixture_fails_naming_the_file_and_the_fix(project_copy):

@@ -2,12 +2,17 @@
 
 A case is split where trust changes hands:
 - `make_inputs(seed)` and `oracle(inputs)` build its fixture (staff side, float64);
-- `prepare(inputs, device)` turns the stored inputs into call arguments; it is pure,
-  so the checking side can rebuild the arguments the student's code received;
-- `call(adapters, args)` runs the student's code and returns plain tensors (the
-  only step that touches student code, so the grader can run it in a child);
-- `check(ctx)` compares those tensors with the expected ones and raises
-  AssertionError with a message that says what to fix.
+- `prepare(inputs, device)` turns the stored inputs into call arguments (fresh copies in the
+  case's dtype, laid out by its `view`, leaves that need gradients); it is pure, so the
+  checking side can rebuild the arguments the student's code received;
+- `call(adapters, args)` runs the student's code: the assignment's `adapter_call`, then the
+  vector-Jacobian product that gives the gradients (the only step that touches student code,
+  so the grader can run it in a child);
+- `check(ctx)` compares those tensors with the expected ones and raises AssertionError with a
+  message that says what to fix, naming the known mistake whose numbers the student's
+  reproduce, if one does (`cs_basics.harness.diagnosis`).
+
+An assignment declares only what is its own: inputs, oracles, adapter calls, tolerances and mistakes.
 """
 
 from __future__ import annotations
@@ -15,15 +20,33 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import torch
 
-from cs_basics.harness.compare import Tolerance, assert_close
+from cs_basics.harness import diagnosis
+from cs_basics.harness.compare import Tolerance, mismatch
+from cs_basics.harness.device import supports_float64
 from cs_basics.harness.fixtures import FixtureStore
 
+if TYPE_CHECKING:
+    from cs_basics.harness.diagnosis import Mistake
+
 Tensors = dict[str, torch.Tensor]
+Tolerances = tuple[Tolerance, Tolerance]  # (outputs, gradients)
+GRAD_OUT = "grad_out"  # the input holding the upstream gradient; the student's code never sees it
+
+
+def randn(seed: int, *shape: int) -> torch.Tensor:
+    """Standard normal values from a generator of their own: the same for a seed on any machine."""
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+def placed(device: torch.device, dtype: torch.dtype) -> torch.device:
+    """Where arguments of `dtype` go: float64 falls back to the CPU on devices without it (MPS)."""
+    return torch.device("cpu") if dtype == torch.float64 and not supports_float64(device) else device
 
 
 @dataclass
@@ -41,27 +64,68 @@ class CheckContext:
     def fix(self) -> str:
         return f"uv run pytest -k '{self.case.test} and {self.case.param}'"
 
-    def close(
-        self, name: str, tol: Tolerance, *, dtype: torch.dtype | None = None, device: torch.device | None = None
-    ) -> None:
-        """outputs[name] matches expected[name], with `dtype`, on `device` (default: the case's)."""
-        assert_close(
-            self.output(name),
-            self.expected[name],
-            tol,
-            key=f"{self.case.id}: {name}",
-            dtype=dtype,
-            device=device or self.device,
-            fix=self.fix,
+    @cached_property
+    def tolerances(self) -> Tolerances:
+        tolerance = self.case.tolerance
+        return tolerance(self) if callable(tolerance) else tolerance[self.case.dtype]
+
+    def tolerance(self, name: str) -> Tolerance:
+        return self.tolerances[1] if name.startswith("grad.") else self.tolerances[0]
+
+    def close(self, name: str) -> None:
+        """outputs[name] matches expected[name] within its tolerance, in the case's dtype, on its device."""
+        key = f"{self.case.id}: {name}"
+        dtype, device = self.case.dtype, placed(self.device, self.case.dtype)
+        message = mismatch(
+            self.output(name), self.expected[name], self.tolerance(name), key=key, dtype=dtype, device=device
         )
+        if message is not None:
+            self.report(message, diagnose=name)
 
     def output(self, name: str) -> Any:
         if name not in self.outputs:
             raise AssertionError(f"{self.case.id}: no {name!r} was produced")
         return self.outputs[name]
 
-    def fail(self, message: str) -> None:
-        raise AssertionError(f"{self.case.id}: {message}\n  rerun: {self.fix}")
+    def fail(self, message: str, *, diagnose: str | None = None) -> NoReturn:
+        """Fail the case; `diagnose` names the output whose wrong values a known mistake may explain."""
+        self.report(f"{self.case.id}: {message}", diagnose=diagnose)
+
+    def report(self, message: str, *, diagnose: str | None = None) -> NoReturn:
+        lines = [message, *(diagnosis.diagnose(self, diagnose) if diagnose else []), f"  rerun: {self.fix}"]
+        raise AssertionError("\n".join(lines))
+
+
+def check_unchanged(ctx: CheckContext) -> None:
+    for name, original in ctx.args.items():
+        after = ctx.outputs.get(f"after.{name}")
+        if isinstance(original, torch.Tensor) and after is not None:
+            same = after.shape == original.shape and torch.equal(after.detach().cpu(), original.detach().cpu())
+            if not same:
+                ctx.fail(f"the input {name} was modified in place; compute on new tensors instead")
+
+
+def check_outputs(ctx: CheckContext) -> None:
+    """The output, then every other expected value (gradients, further outputs); then the inputs are untouched."""
+    for name in sorted(ctx.expected, key=lambda n: n != "out"):
+        if name.startswith("grad.") and ctx.outputs.get(name) is None:
+            ctx.fail(
+                f"no gradient reached {name.removeprefix('grad.')}: the output is cut from the "
+                "autograd graph (.detach(), .data, torch.no_grad() or a trip through numpy?)"
+            )
+        ctx.close(name)
+    check_unchanged(ctx)
+
+
+def gradients(out: Any, args: dict[str, Any]) -> dict[str, Any]:
+    """Each leaf's gradient for the upstream gradient `grad_out`; none if the output is cut from them."""
+    grad_out = args.get(GRAD_OUT)
+    if grad_out is None or not isinstance(out, torch.Tensor) or not out.requires_grad or out.shape != grad_out.shape:
+        return {}
+    leaves = {name: t for name, t in args.items() if isinstance(t, torch.Tensor) and t.requires_grad}
+    # the same vector-Jacobian product as out.backward(grad_out), whose shape check imports sympy (~1 s)
+    (out * grad_out).sum().backward()
+    return {f"grad.{name}": leaf.grad for name, leaf in leaves.items()}
 
 
 @dataclass(frozen=True)
@@ -72,9 +136,14 @@ class Case:
     seed: int
     make_inputs: Callable[[int], Tensors]
     oracle: Callable[[Tensors], Tensors]
-    prepare: Callable[[Tensors, torch.device], dict[str, Any]]
-    call: Callable[[ModuleType, dict[str, Any]], dict[str, Any]]
-    check: Callable[[CheckContext], None]
+    adapter_call: Callable[[ModuleType, dict[str, Any]], dict[str, Any]]  # the student's outputs by name: "out", ...
+    tolerance: Mapping[torch.dtype, Tolerances] | Callable[[CheckContext], Tolerances]  # by the case's dtype
+    check: Callable[[CheckContext], None] = check_outputs
+    dtype: torch.dtype = torch.float32
+    constants: Mapping[str, Any] = field(default_factory=dict, compare=False)  # arguments that are no tensor
+    leaves: tuple[str, ...] | None = None  # the inputs that get gradients (default: every floating-point one)
+    view: Callable[[dict[str, Any]], dict[str, Any]] | None = None  # lays the arguments out as strided views
+    mistakes: Sequence[Mistake] = field(default=(), compare=False, repr=False)  # of this case's problem
     weight: float = 1.0
     hidden: bool = False
     description: str = field(default="", compare=False)
@@ -83,6 +152,31 @@ class Case:
     def id(self) -> str:
         """Unique across the assignment; also the fixture's file name."""
         return f"{self.test.removeprefix('test_')}-{self.param}"
+
+    def prepare(
+        self, inputs: Tensors, device: torch.device, *, dtype: torch.dtype | None = None, layout: bool = True
+    ) -> dict[str, Any]:
+        """The arguments the student's code gets: fresh copies in the case's dtype (masks stay bool) on
+        the device, laid out by `view`, the leaves needing gradients when there is an upstream gradient."""
+        dtype = dtype or self.dtype
+        device = placed(device, dtype)
+        args: dict[str, Any] = {
+            name: t.to(device, copy=True) if t.dtype == torch.bool else t.to(device, dtype, copy=True)
+            for name, t in inputs.items()
+        }
+        if layout and self.view is not None:
+            args = self.view(args)
+        if GRAD_OUT in args:
+            default = [name for name, t in args.items() if t.is_floating_point() and name != GRAD_OUT]
+            for name in self.leaves if self.leaves is not None else default:
+                args[name].requires_grad_()
+        return args | dict(self.constants)
+
+    def call(self, adapters: ModuleType, args: dict[str, Any]) -> dict[str, Any]:
+        """Run the student's code: the adapter call, the gradients of "out", and the inputs as they are after."""
+        outputs = dict(self.adapter_call(adapters, args))
+        outputs |= gradients(outputs.get("out"), args)
+        return outputs | {f"after.{n}": t for n, t in args.items() if isinstance(t, torch.Tensor) and n != GRAD_OUT}
 
 
 def points_by_case(cases: Sequence[Case], problem_points: Mapping[str, float], places: int = 4) -> dict[str, float]:
@@ -122,5 +216,6 @@ def run_check(case: Case, inputs: Tensors, expected: Tensors, outputs: Mapping[s
 def run_case(case: Case, adapters: ModuleType, store: FixtureStore, device: torch.device) -> None:
     """Both sides in one process: what the students' pytest run does."""
     inputs, expected = store.load(case.id)
-    outputs = run_call(case, adapters, inputs, device)
+    with diagnosis.crashes_noted():
+        outputs = run_call(case, adapters, inputs, device)
     run_check(case, inputs, expected, outputs, device)

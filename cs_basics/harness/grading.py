@@ -18,6 +18,7 @@ from safetensors.torch import save_file
 
 from cs_basics.harness.cases import Case, run_check
 from cs_basics.harness.config import Assignment
+from cs_basics.harness.diagnosis import explain_crash
 from cs_basics.harness.fromscratch import TOOLING, FromScratch, excluded_code, runtime_breach
 from cs_basics.harness.fromscratch import student_files as student_files  # the handout's import
 from cs_basics.harness.record import recording
@@ -177,7 +178,7 @@ def run_submission(assignment: Assignment, submission: Path, cases: list[Case], 
 
 def verdict(assignment: Assignment, case: Case, run: CaseRun, device: torch.device) -> tuple[bool, str]:
     if run.error is not None:
-        return False, run.error
+        return False, explain_crash(run.error)
     inputs, expected = assignment.store_for(case).load(case.id)
     try:
         run_check(case, inputs, expected, run.outputs or {}, device)

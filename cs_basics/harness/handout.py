@@ -8,16 +8,19 @@ Solution regions are marked in the student's files:
         ...                      <- becomes `raise NotImplementedError`
         # END SOLUTION
 
-A region at the top level of a module (a helper of the solution) is removed whole. The
-hidden cases and the paths in `handout_exclude` are left out.
+A region at the top level of a module (a helper of the solution) is removed whole, and so
+are the imports only the solution used. The hidden cases and the paths in `handout_exclude`
+are left out; `handout_readme` (a file in the repository) becomes the handout's README.md.
 """
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -56,7 +59,35 @@ def cut(source: str, name: str = "<file>") -> tuple[str, list[str]]:
             out.append(line)
     if indent is not None:
         raise HandoutError(f"{name}: {BEGIN} is never closed")
-    return re.sub(r"\n{3,}(?=\Z|\S)", "\n\n\n", "".join(out)).rstrip("\n") + "\n", removed
+    text = without_unused_imports("".join(out), name) if removed else "".join(out)
+    return re.sub(r"\n{3,}(?=\Z|\S)", "\n\n\n", text).strip("\n") + "\n", removed
+
+
+def without_unused_imports(text: str, name: str = "<file>") -> str:
+    """The text without the top-level imports (or the names of an import) that it no longer uses."""
+    try:
+        tree = ast.parse(text)
+    except SyntaxError as err:
+        raise HandoutError(f"{name}: the cut text does not parse ({err})") from None
+    used = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
+    lines = text.splitlines(keepends=True)  # removed lines become "", so line numbers keep their place
+    imports = [n for n in tree.body if isinstance(n, ast.Import | ast.ImportFrom)]
+    for node in imports:
+        kept = [a for a in node.names if (a.asname or a.name.split(".")[0]) in used]
+        if getattr(node, "module", None) != "__future__" and len(kept) < len(node.names):
+            node.names = kept
+            span = node.end_lineno - node.lineno + 1
+            lines[node.lineno - 1 : node.end_lineno] = [ast.unparse(node) + "\n" if kept else ""] + [""] * (span - 1)
+    if not imports:
+        return text
+    # the leading block of imports keeps one blank line at most between the groups left
+    first, last = imports[0].lineno - 1, imports[0].end_lineno
+    for node in imports[1:]:
+        if any(line.strip() and not line.lstrip().startswith("#") for line in lines[last : node.lineno - 1]):
+            break  # code between: this import is not part of the leading block
+        last = node.end_lineno
+    block = re.sub(r"\n{3,}", "\n\n", "".join(lines[first:last]))
+    return "".join(lines[:first]) + block + "".join(lines[last:])
 
 
 def repository_files(root: Path) -> list[Path]:
@@ -79,14 +110,21 @@ def left_out(assignment: Assignment, path: Path) -> bool:
 
 
 def handout_pyproject(text: str, assignment: Assignment) -> str:
-    """The staff-only keys out: the hidden folder, and test paths the handout does not have."""
-    text = re.sub(r"(?m)^hidden\s*=.*\n", "", text)
+    """The staff-only keys out: the hidden folder, the student README's source (it is the handout's
+    README.md), and test paths the handout does not have."""
+    text = re.sub(r"(?m)^(hidden|handout_readme)\s*=.*\n", "", text)
     gone = {*assignment.handout_exclude, assignment.table.get("hidden", "")}
     return re.sub(
         r"(?m)^testpaths\s*=\s*\[(.*)\]",
         lambda m: "testpaths = [" + ", ".join(p for p in m.group(1).split(", ") if p.strip("\"'") not in gone) + "]",
         text,
     )
+
+
+def student_readme(assignment: Assignment) -> Path | None:
+    """The handout's README.md, when the assignment keeps one apart from the staff's (`handout_readme`)."""
+    name = assignment.table.get("handout_readme")
+    return assignment.root / name if name else None
 
 
 def build(assignment: Assignment, out: Path) -> list[str]:
@@ -106,6 +144,8 @@ def build(assignment: Assignment, out: Path) -> list[str]:
             removed += cut_lines
         elif rel == Path("pyproject.toml"):
             text = handout_pyproject((assignment.root / rel).read_text(), assignment)
+        elif rel == Path("README.md") and student_readme(assignment):
+            text = student_readme(assignment).read_text()
         if text is None:
             shutil.copy2(assignment.root / rel, target)
         else:
@@ -120,6 +160,7 @@ def check(assignment: Assignment, out: Path, removed: list[str]) -> list[str]:
         p.is_relative_to(out / assignment.hidden_dir.name) for p in out.rglob("*") if p.is_file()
     ):
         problems.append("the hidden cases are in the handout")
+    problems += check_readme(assignment, out) + check_ruff(out)
     problems += check_pytest(out)
     device = torch.device("cpu")
     handout_grade = grade(assignment, out, device)
@@ -152,6 +193,45 @@ def leaked_solution(assignment: Assignment, out: Path, removed: list[str]) -> li
             leaked = [" / ".join(lines[i : i + 3]) for i in range(len(lines) - 2) if tuple(lines[i : i + 3]) in runs]
         problems += [f"solution code {line!r} appears in {path.relative_to(out)}" for line in leaked]
     return problems
+
+
+def headings(text: str) -> list[str]:
+    """A Markdown text's section headings, without their #s (lines in code blocks are not headings)."""
+    found, fenced = [], False
+    for line in text.splitlines():
+        fenced ^= line.lstrip().startswith("```")
+        if not fenced and re.match(r"#{1,6} ", line):
+            found.append(line.lstrip("#").strip())
+    return found
+
+
+def check_readme(assignment: Assignment, out: Path) -> list[str]:
+    """The handout's README is the student's, and no Markdown file in the handout has a section of the
+    staff README that the student's does not (layout, fixtures, grading, the threat model...)."""
+    readme = student_readme(assignment)
+    if readme is None:
+        return []
+    problems = []
+    if (out / "README.md").read_text() != readme.read_text():
+        problems.append(f"the handout's README.md is not {readme.relative_to(assignment.root)}")
+    staff = set(headings((assignment.root / "README.md").read_text())) - set(headings(readme.read_text()))
+    for path in sorted(out.rglob("*.md")):
+        if ".venv" not in path.relative_to(out).parts:
+            for heading in sorted(staff & set(headings(path.read_text()))):
+                problems.append(f"{path.relative_to(out)} has the staff README's section {heading!r}")
+    return problems
+
+
+def check_ruff(out: Path) -> list[str]:
+    """`ruff check` passes on the handout: no import left that only the cut solution used."""
+    command = [sys.executable, "-m", "ruff", "check", "--no-cache", "--quiet", "."]
+    try:
+        done = subprocess.run(command, cwd=out, capture_output=True, text=True, timeout=300)
+    except OSError as err:
+        return [f"cannot run ruff on the handout ({err})"]
+    if done.returncode != 0:
+        return [f"`ruff check` fails on the handout:\n{done.stdout[-2000:]}{done.stderr[-2000:]}"]
+    return []
 
 
 def check_pytest(out: Path) -> list[str]:

@@ -13,7 +13,7 @@ from types import ModuleType
 import pytest
 import torch
 
-from cs_basics.harness import record
+from cs_basics.harness import diagnosis, record
 from cs_basics.harness.cases import Case, run_call, run_check
 from cs_basics.harness.config import Assignment
 from cs_basics.harness.device import DEVICE_ENV, choose_device, use_exact_float32
@@ -70,7 +70,7 @@ def run_graded(case: Case, adapters: ModuleType, assignment: Assignment, device:
     breach = rule.static_breach(case.problem)
     if breach:
         pytest.fail(breach, pytrace=False)
-    with rule.watch(case.problem) as watch:
+    with rule.watch(case.problem) as watch, diagnosis.crashes_noted():
         outputs = run_call(case, adapters, inputs, device)
     breach = runtime_breach(case.problem, case.id, watch.record)
     if breach:

@@ -1,75 +1,54 @@
-"""Every graded case of the multi-head self-attention assignment, defined once.
-
-The students' pytest run (tests/test_*.py) and the grader both read CASES. Each case's
-fixture (its inputs, and the expected values from a float64 oracle, torch's own
-`multi_head_attention_forward` with a causal mask) is made by `uv run cs-basics fixtures`.
-The oracle shares no code with the student's package or with `cs_basics`.
-"""
+"""Every graded case of the multi-head self-attention assignment, with its known mistakes. The float64 oracle,
+torch's own `multi_head_attention_forward`, shares no code with the student's package or with `cs_basics`,
+whose harness prepares the arguments, calls the adapter, checks and diagnoses."""
 
 from __future__ import annotations
 
 import functools
-from typing import Any
 
 import torch
 import torch.nn.functional as F
-from cs_basics.harness.cases import Case, CheckContext, Tensors
+from cs_basics.harness.cases import Case, CheckContext, Tensors, check_outputs, randn
 from cs_basics.harness.compare import Tolerance
-from cs_basics.harness.device import supports_float64
+from cs_basics.harness.diagnosis import Mistake
 
 PROBLEM = "multihead_self_attention"
-MHA = "test_multihead_self_attention"
-CAUSAL = "test_multihead_self_attention_causal"
-
+MHA, CAUSAL = "test_multihead_self_attention", "test_multihead_self_attention_causal"
 WEIGHTS = ("q_proj_weight", "k_proj_weight", "v_proj_weight", "o_proj_weight")
-LEAVES = ("in_features", *WEIGHTS)
-FLOAT32 = Tolerance(atol=1e-5, rtol=1e-4)  # three matmuls and a softmax in float32
-FLOAT32_GRAD = Tolerance(atol=1e-4, rtol=1e-3)  # weight gradients sum over batch and sequence
-FLOAT64 = Tolerance(atol=1e-12, rtol=1e-10)
-
-
-# ---------------------------------------------------------------- inputs
-
-
-def randn(seed: int, *shape: int) -> torch.Tensor:
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+FLOAT32 = (Tolerance(atol=1e-5, rtol=1e-4), Tolerance(atol=1e-4, rtol=1e-3))  # weight gradients sum over batch, seq
+TOLERANCES = {torch.float32: FLOAT32, torch.float64: (Tolerance(atol=1e-12, rtol=1e-10),) * 2}
 
 
 def mha_inputs(seed: int, shape: tuple[int, ...], grad: bool = False, perturb: bool = False) -> Tensors:
     """in_features of `shape` (..., seq, d_model), square projections scaled like nn.Linear's init."""
     d_model = shape[-1]
     inputs = {"in_features": randn(seed, *shape)}
-    for i, name in enumerate(WEIGHTS, start=1):
-        inputs[name] = randn(seed + i, d_model, d_model) / d_model**0.5
-    if grad:
-        inputs["grad_out"] = randn(seed + 5, *shape)
+    inputs |= {name: randn(seed + i, d_model, d_model) / d_model**0.5 for i, name in enumerate(WEIGHTS, start=1)}
+    inputs |= {"grad_out": randn(seed + 5, *shape)} if grad else {}
     if perturb:  # the same sequence with its last token changed: no earlier output may move
-        perturbed = inputs["in_features"].clone()
-        perturbed[..., -1, :] = randn(seed + 6, *shape[:-2], d_model) * 3
-        inputs["perturbed"] = perturbed
+        inputs["perturbed"] = inputs["in_features"].clone()
+        inputs["perturbed"][..., -1, :] = randn(seed + 6, *shape[:-2], d_model) * 3
     return inputs
 
 
-# ---------------------------------------------------------------- oracle (float64, torch's own)
-
-
-def torch_mha(x: torch.Tensor, weights: list[torch.Tensor], num_heads: int) -> torch.Tensor:
-    """torch.nn.functional.multi_head_attention_forward, causal, no biases, over any leading dims."""
+def torch_mha(x: torch.Tensor, weights, num_heads: int, attend: str | None = "past") -> torch.Tensor:
+    """torch's multi-head attention, no biases, any leading dims; attending to the "past", "future" or all (None)."""
     lead, (seq, d_model) = x.shape[:-2], x.shape[-2:]
     xb = x.reshape(-1, seq, d_model).transpose(0, 1)  # (seq, batch, d_model), torch's layout
-    future = torch.ones(seq, seq, dtype=torch.bool).triu(1)  # torch's convention: True = may NOT attend
-    wq, wk, wv, wo = weights
+    allowed = torch.ones(seq, seq, dtype=torch.bool)
+    blocked = None if attend is None else ~(allowed.tril() if attend == "past" else allowed.triu())  # torch's polarity
+    wq, wk, wv, wo = weights  # (d_model, d_model) each
     out, _ = F.multi_head_attention_forward(
         xb, xb, xb, d_model, num_heads,
         in_proj_weight=None, in_proj_bias=None, bias_k=None, bias_v=None, add_zero_attn=False,
         dropout_p=0.0, out_proj_weight=wo, out_proj_bias=None, training=False, need_weights=False,
-        attn_mask=future, use_separate_proj_weight=True, q_proj_weight=wq, k_proj_weight=wk, v_proj_weight=wv,
+        attn_mask=blocked, use_separate_proj_weight=True, q_proj_weight=wq, k_proj_weight=wk, v_proj_weight=wv,
     )  # fmt: skip
     return out.transpose(0, 1).reshape(*lead, seq, wo.shape[0])
 
 
 def mha_oracle(inputs: Tensors, num_heads: int) -> Tensors:
-    leaves = {name: inputs[name].double().requires_grad_() for name in LEAVES}
+    leaves = {name: inputs[name].double().requires_grad_() for name in ("in_features", *WEIGHTS)}
     out = torch_mha(leaves["in_features"], [leaves[w] for w in WEIGHTS], num_heads)
     expected = {"out": out.detach()}
     if "grad_out" in inputs:
@@ -81,108 +60,50 @@ def mha_oracle(inputs: Tensors, num_heads: int) -> Tensors:
     return expected
 
 
-# ---------------------------------------------------------------- calling the student's code
-
-
-def prepare(
-    inputs: Tensors, device: torch.device, *, num_heads: int, dtype: torch.dtype = torch.float32
-) -> dict[str, Any]:
-    """Fresh copies on the device in `dtype`, leaves that need grad when there is an upstream
-    gradient; float64 goes to the CPU on devices without it (MPS)."""
-    if dtype == torch.float64 and not supports_float64(device):
-        device = torch.device("cpu")
-    args: dict[str, Any] = {name: t.to(device, dtype, copy=True) for name, t in inputs.items()}
-    if "grad_out" in inputs:
-        for name in LEAVES:
-            args[name].requires_grad_()
-    return args | {"d_model": inputs["o_proj_weight"].shape[0], "num_heads": num_heads}
-
-
-def run(adapters: Any, args: dict[str, Any], in_features: torch.Tensor) -> Any:
-    return adapters.run_multihead_self_attention(
-        args["d_model"], args["num_heads"], *(args[w] for w in WEIGHTS), in_features
-    )
-
-
-def call_mha(adapters: Any, args: dict[str, Any]) -> dict[str, Any]:
-    out = run(adapters, args, args["in_features"])
-    outputs: dict[str, Any] = {"out": out}
-    grad_out = args.get("grad_out")
-    if grad_out is not None and isinstance(out, torch.Tensor) and out.requires_grad and out.shape == grad_out.shape:
-        # the same vector-Jacobian product as out.backward(grad_out), whose shape check imports sympy (~1 s)
-        (out * grad_out).sum().backward()
-        outputs |= {f"grad.{name}": args[name].grad for name in LEAVES}
-    if "perturbed" in args:
-        with torch.no_grad():
-            outputs["out.perturbed"] = run(adapters, args, args["perturbed"])
-    return outputs | {f"after.{name}": args[name] for name in LEAVES}
-
-
-# ---------------------------------------------------------------- checks
-
-
-def check_mha(ctx: CheckContext) -> None:
-    """The output, then every gradient and the perturbed output, against the oracle; inputs untouched."""
-    x = ctx.args["in_features"]
-    tol, grad_tol = (FLOAT64, FLOAT64) if x.dtype == torch.float64 else (FLOAT32, FLOAT32_GRAD)
-    ctx.close("out", tol, dtype=x.dtype, device=x.device)
-    for name in ctx.expected:
-        if name.startswith("grad."):
-            if ctx.outputs.get(name) is None:
-                ctx.fail(
-                    f"no gradient reached {name.removeprefix('grad.')}: the output is cut from the "
-                    "autograd graph (.detach(), .data, torch.no_grad() or a trip through numpy?)"
-                )
-            ctx.close(name, grad_tol, dtype=x.dtype, device=x.device)
-        elif name != "out":
-            ctx.close(name, tol, dtype=x.dtype, device=x.device)
-    for name in LEAVES:
-        after, original = ctx.outputs.get(f"after.{name}"), ctx.args[name]
-        if after is not None and not torch.equal(after.detach().cpu(), original.detach().cpu()):
-            ctx.fail(f"the input {name} was modified in place; compute on new tensors instead")
+def call_mha(adapters, args: dict) -> dict:
+    run = functools.partial(adapters.run_multihead_self_attention, args["d_model"], args["num_heads"])
+    weights = [args[w] for w in WEIGHTS]
+    with torch.no_grad():  # no gradient flows from the perturbed sequence
+        perturbed = {"out.perturbed": run(*weights, args["perturbed"])} if "perturbed" in args else {}
+    return {"out": run(*weights, args["in_features"])} | perturbed
 
 
 def check_causal(ctx: CheckContext) -> None:
     """Changing the last token must leave every earlier position's output as it was."""
     out, perturbed = ctx.output("out"), ctx.output("out.perturbed")
     if isinstance(out, torch.Tensor) and isinstance(perturbed, torch.Tensor) and out.shape == perturbed.shape:
-        moved = (out.detach()[..., :-1, :] - perturbed[..., :-1, :]).abs().amax(dim=-1)  # (..., seq - 1)
-        if (moved > FLOAT32.atol).any():
-            first = int((moved > FLOAT32.atol).nonzero()[0, -1])
+        moved = (out.detach() - perturbed)[..., :-1, :].abs().amax(dim=-1) > ctx.tolerance("out").atol  # (..., seq-1)
+        if moved.any():
             ctx.fail(
-                f"changing only the last token moved the output at position {first} by up to "
-                f"{moved.max().item():.3e}: a query must attend only to itself and earlier positions "
-                "(a causal mask, True on and below the diagonal)"
+                f"changing only the last token moved the output at position {int(moved.nonzero()[0, -1])}: a query "
+                "must attend only to itself and earlier positions (a causal mask, True on and below the diagonal)",
+                diagnose="out",
             )
-    check_mha(ctx)
+    check_outputs(ctx)
 
 
-# ---------------------------------------------------------------- the cases
+def mistake(name: str, advice: str, attend: str | None = "past", interleaved: bool = False) -> Mistake:
+    def wrong(d_model, num_heads, wq, wk, wv, wo, x):  # heads split '(d heads)': the right split of permuted rows
+        order = torch.arange(d_model).view(-1, num_heads).T.flatten() if interleaved else torch.arange(d_model)
+        return torch_mha(x, (wq[order], wk[order], wv[order], wo[:, order]), num_heads, attend)
+
+    return Mistake(name, advice, {"run_multihead_self_attention": wrong})
 
 
-def mha(
-    param: str,
-    seed: int,
-    shape: tuple[int, ...],
-    num_heads: int,
-    *,
-    test: str = MHA,
-    grad: bool = False,
-    perturb: bool = False,
-    dtype: torch.dtype = torch.float32,
-    check=check_mha,
-) -> Case:
+MISTAKES = (
+    mistake("no_causal_mask", "every position attends to the whole sequence; pass a causal mask (torch.tril)", None),
+    mistake("causal_mask_flipped", "each position attends to the ones after it: use torch.tril, not triu", "future"),
+    mistake("heads_interleaved", "the heads were split '(d heads)', interleaved; split '(heads d)'", interleaved=True),
+)
+
+
+def mha(param: str, seed: int, shape: tuple[int, ...], heads: int, *, grad=False, perturb=False, dtype=torch.float32):
+    make = functools.partial(mha_inputs, shape=shape, grad=grad, perturb=perturb)
     return Case(
-        problem=PROBLEM,
-        test=test,
-        param=param,
-        seed=seed,
-        make_inputs=functools.partial(mha_inputs, shape=shape, grad=grad, perturb=perturb),
-        oracle=functools.partial(mha_oracle, num_heads=num_heads),
-        prepare=functools.partial(prepare, num_heads=num_heads, dtype=dtype),
-        call=call_mha,
-        check=check,
-    )
+        PROBLEM, CAUSAL if perturb else MHA, param, seed, make, functools.partial(mha_oracle, num_heads=heads),
+        call_mha, TOLERANCES, check_causal if perturb else check_outputs, dtype,
+        {"d_model": shape[-1], "num_heads": heads}, ("in_features", *WEIGHTS), mistakes=MISTAKES,
+    )  # fmt: skip
 
 
 CASES: list[Case] = [
@@ -194,5 +115,5 @@ CASES: list[Case] = [
     mha("seq_len_1", 5, (3, 1, 16), 4),
     mha("grad", 6, (2, 6, 16), 4, grad=True),
     mha("float64", 7, (2, 5, 16), 2, grad=True, dtype=torch.float64),
-    mha("last_token_changed", 8, (2, 7, 16), 4, test=CAUSAL, perturb=True, check=check_causal),
+    mha("last_token_changed", 8, (2, 7, 16), 4, perturb=True),
 ]
