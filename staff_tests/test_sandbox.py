@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import stat
@@ -154,23 +155,57 @@ def test_an_endless_line_on_the_progress_pipe_is_not_kept(assignment, worker, tm
     assert all("wrote over 16 MiB to the grader's progress pipe" in out for out in outputs_of(result))
 
 
-def test_legitimate_code_that_uses_the_standard_library_is_graded_normally(assignment, worker, tmp_path):
-    """Modules nothing else imports, a host name that needs the idna codec, and a subprocess whose output
-    goes to /dev/null, all at import: as root the job runs under its own uid, wherever Python lives."""
-    code = """
-    import colorsys, difflib, sqlite3, wave, socket, subprocess, fractions, decimal, zoneinfo, csv, tarfile, uuid
+STANDARD_LIBRARY = """
+import colorsys, csv, decimal, difflib, fractions, socket, sqlite3, tarfile, uuid, wave, zoneinfo, xml.dom.minidom
 
-    _db = sqlite3.connect(":memory:")
-    _db.execute("create table t (x)")
-    assert colorsys.rgb_to_hsv(1, 0, 0) and difflib.SequenceMatcher(None, "ab", "ac").ratio()
-    assert "bücher.example".encode("idna")
-    try:
-        socket.getaddrinfo("bücher.example", 80)
-    except OSError:
-        pass  # no network: the lookup fails, the codec did not
-    subprocess.run(["true"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
-    """
+_db = sqlite3.connect(":memory:")
+_db.execute("create table t (x)")
+assert colorsys.rgb_to_hsv(1, 0, 0) and difflib.SequenceMatcher(None, "ab", "ac").ratio()
+assert "bücher.example".encode("idna")
+try:
+    socket.getaddrinfo("bücher.example", 80)
+except OSError:
+    pass  # no network: the lookup fails, the codec did not
+"""
+SUBPROCESS_TO_DEVNULL = """
+import subprocess
+
+subprocess.run(["true"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+"""
+
+
+@pytest.mark.parametrize("code", [STANDARD_LIBRARY, SUBPROCESS_TO_DEVNULL], ids=["standard_library", "devnull"])
+def test_legitimate_code_is_graded_normally_wherever_python_lives(assignment, worker, tmp_path, code):
+    """Modules nothing else imports (one needs the idna codec), or a subprocess whose output goes to
+    /dev/null, at import: as root the job runs under its own uid, and this machine's Python is under /root."""
     result, _ = graded(assignment, worker, submission(tmp_path, code))
+    assert scores(result) == pytest.approx(FULL), outputs_of(result)[0]
+
+
+@pytest.fixture
+def batch_folder():
+    """A folder of submissions outside the temporary folders (which a job sees fresh anyway), readable by all."""
+    top = Path("/srv") if os.access("/srv", os.W_OK) else Path.home()
+    folder = Path(tempfile.mkdtemp(prefix="cs-basics-batch-", dir=top))
+    folder.chmod(0o755)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_submission_in_a_batch_cannot_read_the_others(assignment, worker, batch_folder):
+    other = submission(batch_folder, name="other")
+    spy = f"""
+    try:
+        open({str(other / "cs_basics" / "nn" / "functional.py")!r}).read()
+        raise RuntimeError("read another submission")
+    except OSError:
+        pass
+    """
+    worker.hide.append(str(batch_folder))
+    try:
+        result, _ = graded(assignment, worker, submission(batch_folder, spy, name="spy"))
+    finally:
+        worker.hide.remove(str(batch_folder))
     assert scores(result) == pytest.approx(FULL), outputs_of(result)[0]
 
 

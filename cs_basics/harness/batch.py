@@ -77,6 +77,7 @@ def grade_many(assignment: Assignment, folder: Path, results_dir: Path, args: ar
     def work() -> None:
         try:
             with Worker(args.sandbox, limits) as worker:
+                worker.hide.append(str(folder))  # no submission sees the others
                 while (planned := take()) is not None:
                     rows.append(grade_planned(assignment, planned, device, worker))
                     progress.advance(task)

@@ -137,7 +137,7 @@ def job_settings(assignment: Assignment, folder: Path, device: torch.device, wor
         "uid": worker.uid,
         "limits": {"memory_mb": limits.memory_mb, "file_mb": limits.file_mb, "processes": limits.processes},
         "python": python_paths(),
-        "hide": [str(assignment.root)],
+        "hide": [str(assignment.root), *worker.hide],
         "repo": str(assignment.root),
         "adapters": assignment.adapters_module,
         "case_modules": case_modules(assignment),

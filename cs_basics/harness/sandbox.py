@@ -286,6 +286,7 @@ class Worker:
         self.server: Server | None = None
         self.jobs = 0
         self.attempts = 0
+        self.hide: list[str] = []  # folders no job may see besides the course's (a batch's folder of submissions)
 
     def __enter__(self) -> Worker:
         return self
