@@ -22,6 +22,8 @@ cd "$(dirname "$0")"
 if ! python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
     apt-get update && apt-get install -y python3.11 python3.11-venv python3-pip
 fi
+# the sandbox the grader runs submissions in (it falls back to its own where bubblewrap cannot run)
+command -v bwrap >/dev/null 2>&1 || { apt-get update && apt-get install -y bubblewrap; } || true
 command -v uv >/dev/null 2>&1 || python3 -m pip install --quiet uv
 export UV_PYTHON_DOWNLOADS=never
 uv sync --frozen --no-dev
