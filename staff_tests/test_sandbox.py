@@ -26,9 +26,17 @@ from pathlib import Path
 import pytest
 import torch
 
-from cs_basics.harness.grading import grade
+from cs_basics.harness.grading import GradingError, grade
 from cs_basics.harness.limits import Limits
-from cs_basics.harness.sandbox import UID_BASE, UID_COUNT, Worker, bubblewrap_runs, process_uids, processes_of
+from cs_basics.harness.sandbox import (
+    UID_BASE,
+    UID_COUNT,
+    Worker,
+    bubblewrap_runs,
+    process_uids,
+    processes_of,
+    remove_litter,
+)
 
 from .submissions import ROOT, outputs_of, scores, submission, wrap_attention
 
@@ -327,3 +335,31 @@ def other_checkouts() -> list[str]:
     listed = subprocess.run(["git", "worktree", "list", "--porcelain"], cwd=ROOT, capture_output=True, text=True)
     trees = [line.split(" ", 1)[1] for line in listed.stdout.splitlines() if line.startswith("worktree ")]
     return [t for t in trees if Path(t).resolve() != ROOT]
+
+
+# ---------------------------------------------------------------- where the kernel refuses namespaces
+
+
+@needs_root
+def test_without_namespaces_a_python_the_jobs_uid_cannot_reach_stops_grading_for_the_staff(assignment, tmp_path):
+    """Here Python lives under /root (mode 700): with namespaces the job's view is mended; without them the
+    grader must say so before any student code runs, naming the folder and the fix."""
+    blocked = next((str(p) for p in Path(sys.base_prefix).parents if not p.stat().st_mode & 0o001), None)
+    if blocked is None:
+        pytest.skip("every folder on the way to this Python is open to other users")
+    with Worker("fallback", namespaces=False) as worker, pytest.raises(GradingError) as stopped:
+        grade(assignment, submission(tmp_path), torch.device("cpu"), worker=worker)
+    assert f"cannot enter {blocked} (mode 700)" in str(stopped.value) and "chmod o+x" in str(stopped.value)
+
+
+@needs_root
+def test_without_namespaces_the_grader_deletes_what_the_jobs_uid_left(tmp_path):
+    uid = UID_BASE + UID_COUNT - 1
+    litter = Path(tempfile.mkdtemp(prefix="cs-basics-litter-"))
+    (litter / "deep").mkdir()
+    (litter / "deep" / "file").write_text("x")
+    for path in (litter / "deep" / "file", litter / "deep"):
+        os.chown(path, uid, uid)
+    remove_litter(uid)
+    assert litter.exists() and not (litter / "deep").exists()
+    litter.rmdir()

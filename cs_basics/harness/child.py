@@ -57,8 +57,6 @@ def save_outputs(outputs: dict, path: Path) -> None:
 def unreachable(paths: list[str]) -> str | None:
     """The first folder on the way to an import path that this process may not enter or read."""
     for path in paths:
-        if not path or not os.path.isdir(path):
-            continue
         for folder in [*reversed(Path(path).parents), Path(path)]:
             if not os.access(folder, os.X_OK) or (folder == Path(path) and not os.access(folder, os.R_OK)):
                 mode = f"{folder.stat().st_mode & 0o777:o}" if os.access(folder.parent, os.X_OK) else "?"
@@ -86,11 +84,12 @@ def check_origin(packages: list[str], code: Path) -> None:
             raise ImportError(f"the submission has no {name!r} package of its own (found {where})")
 
 
-def run_job(job: dict, progress: int, isolated: bool) -> None:
+def run_job(job: dict, progress: int, isolated: bool, import_paths: list[str]) -> None:
+    """Run the job's cases; `import_paths` are the folders on sys.path (as the server saw them)."""
     report = Reporter(progress)
     job_dir = Path(job["dir"])
     code = job_dir / "code"
-    problem = unreachable(sys.path)
+    problem = unreachable(import_paths)
     if problem:
         report.send(event="staff_error", message=problem)
         return

@@ -135,6 +135,7 @@ def job_settings(assignment: Assignment, folder: Path, device: torch.device, wor
     return {
         "dir": str(folder),
         "uid": worker.uid,
+        "namespaces": worker.isolated,
         "limits": {"memory_mb": limits.memory_mb, "file_mb": limits.file_mb, "processes": limits.processes},
         "python": python_paths(),
         "hide": [str(assignment.root), *worker.hide],
