@@ -436,6 +436,7 @@ def test_the_record_sees_every_route_to_a_forbidden_operator(assignment, route):
         assert recorded(SOFTMAX, assignment, ROUTE_CALLS[route], x).sightings
 
 
+@pytest.mark.filterwarnings("ignore::UserWarning")  # torch.compile's notes on tracing code of the record
 @pytest.mark.parametrize("call", CORRECT_CALLS)
 def test_the_record_stays_quiet_for_code_written_from_scratch(assignment, call):
     for problem in (SOFTMAX, ATTENTION):
