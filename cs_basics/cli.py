@@ -163,6 +163,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         head_dim=args.head_dim,
         repeats=args.repeats,
         memory=args.memory,
+        max_backward_gib=args.max_backward_gib,
     )
     try:
         result = bench.run(config, args.project)
@@ -193,6 +194,12 @@ def add_study_commands(sub, project: dict) -> None:
     b.add_argument("--head-dim", type=positive, default=64)
     b.add_argument("--repeats", type=positive, default=5)
     b.add_argument("--no-memory", dest="memory", action="store_false", help="skip the peak-memory measurement")
+    b.add_argument(
+        "--max-backward-gib",
+        type=float,
+        default=None,
+        help="skip your forward+backward where the scores would pass this many GiB (an attention that keeps them all)",
+    )
     b.add_argument("--json", type=Path, default=None, help="write the results (with leaderboard entries) here")
     b.add_argument("--plot", type=Path, default=None, help="write a log-log PNG of time and memory here")
     b.add_argument("--project", **project)

@@ -1,4 +1,8 @@
-"""The reference's no-gradient path (queries in blocks, softmax in place) against its plain path."""
+"""The reference attention in blocks, forward and backward, against the plain formula and torch in float64.
+
+The graded cases are small enough to fit in one block, so here the blocks are made small
+(down to one score) to run the block loop on every case: graded, hidden and random.
+"""
 
 import math
 
@@ -6,15 +10,34 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from cs_basics.harness.cases import run_case
+from cs_basics.harness.config import Assignment
 from cs_basics.nn import functional
+from tests import adapters
 
 BOOL = torch.bool
+ASSIGNMENT = Assignment.find()
+ATTENTION_CASES = [c for c in ASSIGNMENT.cases if c.problem == "scaled_dot_product_attention"]
 
 
-def inputs(*batch, n_q=7, n_k=5, d_k=4, d_v=3, scale=1.0):
-    gen = torch.Generator().manual_seed(0)
-    Q, K, V = (torch.randn(*batch, n, d, generator=gen) for n, d in ((n_q, d_k), (n_k, d_k), (n_k, d_v)))
-    return Q * scale, K, V
+def plain_attention(Q, K, V, mask=None):
+    """The formula as written, every score at once; autograd differentiates it."""
+    scores = Q @ K.mT / math.sqrt(Q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, -math.inf)
+    return torch.softmax(scores, dim=-1).nan_to_num(0.0) @ V  # an all-False row: 0
+
+
+def torch_float64(Q, K, V, mask=None):
+    """torch's own SDPA in float64 (the fixtures' oracle): output and the function for gradients."""
+    full = None if mask is None else mask.expand(*Q.shape[:-1], K.shape[-2])  # its SDPA wants the full shape
+    return F.scaled_dot_product_attention(Q, K, V, attn_mask=full).nan_to_num(0.0)
+
+
+def inputs(*batch, n_q=7, n_k=5, d_k=4, d_v=3, dtype=torch.float64, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    shapes = ((n_q, d_k), (n_k, d_k), (n_k, d_v))
+    return [torch.randn(*batch, n, d, generator=gen, dtype=torch.float64).to(dtype) for n, d in shapes]
 
 
 def causal_with_empty_row(n_q, n_k):
@@ -23,66 +46,161 @@ def causal_with_empty_row(n_q, n_k):
     return mask
 
 
-MASKS = {
-    "none": lambda *b: None,
-    "causal (queries, keys) with an all-False row": lambda *b: causal_with_empty_row(7, 5),
-    "padding (batch, 1, keys)": lambda *b: torch.tensor([[True] * 3 + [False] * 2, [True] * 5])[:, None, :],
-    "full": lambda *b: torch.rand(*b, 7, 5, generator=torch.Generator().manual_seed(1)) > 0.3,
-    "keys only": lambda *b: torch.tensor([True, False, True, True, False]),
+MASKS = {  # over (2, 3, 7 queries, 5 keys)
+    "none": None,
+    "causal (queries, keys) with an all-False row": causal_with_empty_row(7, 5),
+    "padding (batch, 1, 1, keys)": torch.tensor([[True] * 3 + [False] * 2, [True] * 5])[:, None, None, :],
+    "full": torch.rand(2, 3, 7, 5, generator=torch.Generator().manual_seed(1)) > 0.3,
+    "keys only (1, keys)": torch.tensor([[True, False, True, True, False]]),
+    "5D (1, 2, 3, 7, 5)": torch.rand(1, 2, 3, 7, 5, generator=torch.Generator().manual_seed(2)) > 0.5,
 }
 
 
-@pytest.fixture(params=[1, 3, 7, 1000], ids=lambda n: f"{n}-scores-per-block")
+@pytest.fixture(params=[1, 3, 7, 36, 1000], ids=lambda n: f"{n}-scores-per-block")
 def small_blocks(request, monkeypatch):
+    """1: one score per block; 3, 7: runs of queries; 36: a whole head; 1000: several heads at once."""
     monkeypatch.setattr(functional, "SCORES_PER_BLOCK", request.param)
 
 
+def forward_and_gradients(attention, Q, K, V, mask, grad_out):
+    leaves = [t.detach().requires_grad_() for t in (Q, K, V)]
+    out = attention(*leaves, mask)
+    return [out.detach(), *torch.autograd.grad(out, leaves, grad_out)]
+
+
 @pytest.mark.parametrize("name", MASKS)
-def test_blocks_match_the_plain_path_and_torch(name, small_blocks):
+def test_blocks_match_the_plain_formula_and_torch(name, small_blocks):
+    mask = MASKS[name]
     Q, K, V = inputs(2, 3)
-    mask = MASKS[name](2, 3)
-    if name == "padding (batch, 1, keys)":
-        mask = mask[:, None]  # (batch, 1, 1, keys) over (batch, heads, queries, keys)
-    full = None if mask is None else mask.expand(2, 3, 7, 5)  # torch's SDPA wants at least 2 dims
-    copies = [t.clone() for t in (Q, K, V)]
-    with torch.no_grad():
-        out = functional._attention_in_blocks(Q, K, V, mask)
-        plain = functional._attention(Q, K, V, mask)
-        ref = F.scaled_dot_product_attention(*(t.double() for t in (Q, K, V)), attn_mask=full)
-    assert out.shape == plain.shape and out.dtype == Q.dtype
-    assert not out.isnan().any()
-    torch.testing.assert_close(out, plain, atol=1e-6, rtol=1e-5)
-    torch.testing.assert_close(out.double(), ref.nan_to_num(0.0), atol=1e-6, rtol=1e-5)
-    assert all(torch.equal(a, c) for a, c in zip((Q, K, V), copies, strict=True))
+    batch = (1, 2, 3) if name.startswith("5D") else (2, 3)
+    Q, K, V = (t.expand(*batch, *t.shape[-2:]) for t in (Q, K, V))  # a 5D mask makes 5D outputs
+    grad_out = torch.randn(*batch, 7, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    copies = [t.clone() for t in (Q, K, V, grad_out)]
+    ours = forward_and_gradients(functional.scaled_dot_product_attention, Q, K, V, mask, grad_out)
+    plain = forward_and_gradients(plain_attention, Q, K, V, mask, grad_out)
+    theirs = forward_and_gradients(torch_float64, Q, K, V, mask, grad_out)
+    for what, a, b, c in zip(("out", "dQ", "dK", "dV"), ours, plain, theirs, strict=True):
+        assert a.shape == b.shape and a.dtype == torch.float64, what
+        torch.testing.assert_close(a, b, atol=1e-12, rtol=1e-10, msg=lambda m, what=what: f"{what} vs plain: {m}")
+        torch.testing.assert_close(a, c, atol=1e-12, rtol=1e-10, msg=lambda m, what=what: f"{what} vs torch: {m}")
+    assert all(torch.equal(a, c) for a, c in zip((Q, K, V, grad_out), copies, strict=True))
     if name.startswith("causal"):
-        assert torch.equal(out[..., 3, :], torch.zeros(2, 3, 3))
+        out, dQ = ours[0], ours[1]
+        assert torch.equal(out[..., 3, :], torch.zeros(2, 3, 3)) and torch.equal(dQ[..., 3, :], torch.zeros(2, 3, 4))
 
 
-def test_no_grad_is_the_block_path_and_grad_the_plain_one(monkeypatch):
-    calls = []
-    blocks = functional._attention_in_blocks
-    monkeypatch.setattr(functional, "_attention_in_blocks", lambda *a: calls.append("blocks") or blocks(*a))
-    Q, K, V = inputs(2)
-    functional.scaled_dot_product_attention(Q, K, V)
+@pytest.mark.parametrize("case", ATTENTION_CASES, ids=lambda c: c.id)
+def test_every_graded_and_hidden_case_in_blocks(case, monkeypatch):
+    """Each case, checked as the graded tests check it (values, gradients, inputs unchanged), in blocks
+    of 7 scores: runs of queries across heads, and blocks that end inside a row's batch."""
+    monkeypatch.setattr(functional, "SCORES_PER_BLOCK", 7)
+    run_case(case, adapters, ASSIGNMENT.store_for(case), torch.device("cpu"))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_shapes_match_torch(seed):
+    gen = torch.Generator().manual_seed(seed)
+    size = lambda hi: int(torch.randint(1, hi, (), generator=gen))  # noqa: E731
+    batch = [size(4) for _ in range(size(4) - 1)]
+    n_q, n_k, d_k, d_v = size(40), size(40), size(20), size(20)
+    Q, K, V = inputs(*batch, n_q=n_q, n_k=n_k, d_k=d_k, d_v=d_v, seed=seed)
+    mask = torch.rand(n_q, n_k, generator=gen) > 0.3 if seed % 2 else None
+    grad_out = torch.randn(*batch, n_q, d_v, dtype=torch.float64, generator=gen)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(functional, "SCORES_PER_BLOCK", size(200))
+        ours = forward_and_gradients(functional.scaled_dot_product_attention, Q, K, V, mask, grad_out)
+    theirs = forward_and_gradients(torch_float64, Q, K, V, mask, grad_out)
+    for a, b in zip(ours, theirs, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-12, rtol=1e-10)
+
+
+@pytest.mark.parametrize("mask", [None, causal_with_empty_row(5, 4)], ids=["no mask", "causal, an all-False row"])
+def test_gradcheck_in_float64(mask, monkeypatch):
+    monkeypatch.setattr(functional, "SCORES_PER_BLOCK", 5)
+    Q, K, V = (t.requires_grad_() for t in inputs(2, n_q=5, n_k=4, d_k=3, d_v=2))
+    assert torch.autograd.gradcheck(lambda q, k, v: functional.scaled_dot_product_attention(q, k, v, mask), (Q, K, V))
+
+
+def large_offset_example(d_k=16):
+    """Scores around 1.6e4 that differ by little, whose Q K^T float32 computes exactly (quarters)."""
+    gen = torch.Generator().manual_seed(0)
+    Q = torch.randint(-8, 9, (2, 6, d_k), generator=gen) / 4
+    K = torch.randint(-8, 9, (2, 7, d_k), generator=gen) / 4
+    Q[..., 0], K[..., 0] = 128, 512
+    return Q, K, torch.randn(2, 7, 16, generator=gen)
+
+
+@pytest.mark.parametrize("d_k", [16, 12], ids=["d_k 16, a scale Q takes exactly", "d_k 12, a scale after the max"])
+def test_one_answer_with_and_without_gradients_for_a_large_common_offset(d_k, small_blocks):
+    Q, K, V = large_offset_example(d_k)
+    assert (Q @ K.mT / math.sqrt(d_k)).min() > 1.6e4
+    expected = torch_float64(Q.double(), K.double(), V.double())
     with torch.no_grad():
-        functional.scaled_dot_product_attention(Q.requires_grad_(), K, V)
-    out = functional.scaled_dot_product_attention(Q, K, V)
-    assert calls == ["blocks", "blocks"] and out.requires_grad
+        without = functional.scaled_dot_product_attention(Q, K, V)
+    with_grad = functional.scaled_dot_product_attention(Q.clone().requires_grad_(), K, V)
+    assert torch.equal(without, with_grad.detach())
+    assert (without.double() - expected).abs().max() < 1e-6
+    if d_k == 16:  # torch scales the scores before their max is off: exact only when the scale is a power of two
+        torch.testing.assert_close(without, F.scaled_dot_product_attention(Q, K, V), atol=1e-6, rtol=1e-5)
 
 
-def test_blocks_are_exact_for_scores_around_1e4(small_blocks):
-    Q, K, V = inputs(2, n_q=3, n_k=6, scale=2e3)
-    with torch.no_grad():
-        out = functional._attention_in_blocks(Q, K, V, None)
-        ref = F.scaled_dot_product_attention(*(t.double() for t in (Q, K, V)))
-    assert (Q @ K.mT / math.sqrt(4)).abs().max() > 5e3
-    torch.testing.assert_close(out.double(), ref, atol=1e-6, rtol=1e-5)
+def test_scores_around_1e4_are_exact(small_blocks):
+    Q, K, V = inputs(2, n_q=3, n_k=6, dtype=torch.float32)
+    Q = Q * 5e3  # the weights are one-hot here: exact in float32 unless exp overflows or the shift is lost
+    assert (Q @ K.mT / 2).abs().max() > 5e3
+    ours = forward_and_gradients(functional.scaled_dot_product_attention, Q, K, V, None, torch.ones(2, 3, 3))
+    theirs = forward_and_gradients(
+        torch_float64, Q.double(), K.double(), V.double(), None, torch.ones(2, 3, 3).double()
+    )
+    torch.testing.assert_close(ours[0].double(), theirs[0], atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(ours[3].double(), theirs[3], atol=1e-5, rtol=1e-4)  # dV; dQ, dK ~ 1e4 are huge
 
 
-def test_blocks_keep_half_precision_and_noncontiguous_heads(small_blocks):
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+def test_low_precision_keeps_its_dtype_and_noncontiguous_heads(dtype, small_blocks):
     Q, K, V = (t.transpose(1, 2) for t in inputs(2, 7, n_q=5, n_k=5))  # (batch, 5, 7, d) views of (batch, 7, 5, d)
-    with torch.no_grad():
-        out = functional._attention_in_blocks(Q.half(), K.half(), V.half(), causal_with_empty_row(7, 7))
-        plain = functional._attention(Q, K, V, causal_with_empty_row(7, 7))
-    assert out.dtype == torch.float16
-    torch.testing.assert_close(out.float(), plain, atol=2e-3, rtol=2e-3)
+    mask = causal_with_empty_row(7, 7)
+    grad_out = torch.randn(2, 5, 7, 3, dtype=torch.float64)
+    ours = forward_and_gradients(
+        functional.scaled_dot_product_attention, *(t.to(dtype) for t in (Q, K, V)), mask, grad_out.to(dtype)
+    )
+    theirs = forward_and_gradients(torch_float64, Q, K, V, mask, grad_out)
+    tolerance = {torch.float16: 4e-3, torch.bfloat16: 3e-2, torch.float32: 1e-5}[dtype]
+    for a, b in zip(ours, theirs, strict=True):
+        assert a.dtype == dtype
+        torch.testing.assert_close(a.double(), b, atol=tolerance, rtol=tolerance)
+
+
+def test_a_mask_gets_no_gradient_and_inputs_need_not_all_require_one():
+    Q, K, V = inputs(2)
+    K.requires_grad_()
+    mask = torch.ones(7, 5, dtype=BOOL)
+    functional.scaled_dot_product_attention(Q, K, V, mask).sum().backward()
+    assert Q.grad is None and V.grad is None and K.grad is not None and mask.grad is None
+
+
+def test_double_backward_is_refused_with_a_clear_error():
+    Q, K, V = (t.requires_grad_() for t in inputs(2))
+    out = functional.scaled_dot_product_attention(Q, K, V)
+    with pytest.raises(RuntimeError, match=r"double backward \(create_graph=True\) is not supported"):
+        torch.autograd.grad(out.sum(), Q, create_graph=True)
+
+
+def test_memory_is_bounded_forward_and_backward(monkeypatch):
+    """No tensor as large as the scores is made: every new storage is at most an input's size."""
+    monkeypatch.setattr(functional, "SCORES_PER_BLOCK", 64)
+    Q, K, V = (t.float().requires_grad_() for t in inputs(2, 2, n_q=128, n_k=96, d_k=8, d_v=8))
+    mask = torch.ones(128, 96, dtype=BOOL).tril()
+    sizes = []
+
+    class Sizes(torch.utils._python_dispatch.TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            tensors = [t for t in torch.utils._pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
+            sizes.extend(t.untyped_storage().nbytes() for t in tensors)
+            return out
+
+    with Sizes():
+        functional.scaled_dot_product_attention(Q, K, V, mask).sum().backward()
+    scores = 2 * 2 * 128 * 96 * 4
+    assert max(sizes) <= Q.untyped_storage().nbytes() < scores / 10, (max(sizes), scores)

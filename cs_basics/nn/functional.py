@@ -6,11 +6,9 @@ without torch's own softmax or attention.
 
 from __future__ import annotations
 
-import itertools
 import math
 
 import torch
-from einops import einsum
 from jaxtyping import Bool, Float
 from torch import Tensor
 
@@ -61,52 +59,130 @@ def scaled_dot_product_attention(
     """
     # BEGIN SOLUTION
     _check_attention_inputs(Q, K, V, mask)
-    if torch.is_grad_enabled() and (Q.requires_grad or K.requires_grad or V.requires_grad):
-        return _attention(Q, K, V, mask)  # backward needs every weight anyway
-    return _attention_in_blocks(Q, K, V, mask)
+    return _Attention.apply(Q, K, V, mask)
     # END SOLUTION
 
 
 # BEGIN SOLUTION
-SCORES_PER_BLOCK = 2**21  # 8 MiB of float32 scores at a time, whatever the sequence length
+# A block: up to ROWS_PER_BLOCK queries of one or more batch indices (e.g. heads), about SCORES_PER_BLOCK
+# scores in all (4 MiB of float32, within a core's cache), whatever the sequence length.
+ROWS_PER_BLOCK = 256
+SCORES_PER_BLOCK = 2**20
 
 
-def _attention(Q: Tensor, K: Tensor, V: Tensor, mask: Tensor | None) -> Tensor:
-    """The formula as written, every score at once; autograd differentiates it."""
-    d_k = Q.shape[-1]
-    scores = einsum(Q, K, "... queries d_k, ... keys d_k -> ... queries keys") / math.sqrt(d_k)
-    if mask is not None:
-        scores = scores.masked_fill(~mask, -math.inf)
-    weights = softmax(scores, dim=-1)  # (..., queries, keys)
-    return einsum(weights, V, "... queries keys, ... keys d_v -> ... queries d_v")
+class _Attention(torch.autograd.Function):
+    """O = P V, with P = softmax(S) and S = Q K^T / sqrt(d_k), a block of queries at a time.
 
-
-def _attention_in_blocks(Q: Tensor, K: Tensor, V: Tensor, mask: Tensor | None) -> Tensor:
-    """The same result when no gradient is needed: one batch index and a block of queries at a time.
-
-    Each query's output depends only on its own row of scores, so the rows can be done a
-    block at a time. A block holds about SCORES_PER_BLOCK scores, softmaxed in place: memory
-    stays bounded for any sequence length, and the block stays in cache between the steps.
+    A query's output depends only on its own row of scores, so the rows can be done a block at a
+    time and memory stays bounded for any sequence length. The forward pass keeps O and, for each
+    query row, its log-sum-exp in two parts: m, the row's largest score, and l, the sum of
+    e^{S - m}. It never keeps the weights: the backward pass recomputes them from m and l, block
+    by block, as FlashAttention-2 does. m is kept apart from log(l) so that what gets rounded is
+    the difference S - m, not scores around 1e4 that differ by little.
     """
-    n_q, n_k, d_k = Q.shape[-2], K.shape[-2], Q.shape[-1]
-    rows = max(1, SCORES_PER_BLOCK // n_k)  # queries per block
-    scale = math.log2(math.e) / math.sqrt(d_k)  # scores in base 2: e^s = 2^(s log2 e), and exp2 is faster
-    if mask is not None:
-        mask = mask.expand(*Q.shape[:-1], n_k)  # a view: (..., queries, keys)
-    out = Q.new_empty(*Q.shape[:-1], V.shape[-1])  # (..., queries, d_v)
-    for b in itertools.product(*map(range, Q.shape[:-2])):  # each batch index, e.g. (batch, head)
-        for i in range(0, n_q, rows):
-            q = Q[b][i : i + rows] * scale  # (rows, d_k)
-            scores = q @ K[b].T  # (rows, keys): a fresh buffer, changed in place from here on
-            if mask is not None:
-                scores.masked_fill_(~mask[b][i : i + rows], -math.inf)
-            s_max = scores.amax(dim=-1, keepdim=True)
-            s_max.masked_fill_(s_max == -math.inf, 0.0)  # all -inf: exp2 gives 0, not NaN
-            weights = scores.sub_(s_max).exp2_()  # (rows, keys), not yet normalized
-            total = weights.sum(dim=-1, keepdim=True)
-            total.masked_fill_(total == 0, 1.0)
-            out[b][i : i + rows] = (weights @ V[b]) / total  # (rows, d_v): normalize d_v, not keys, columns
-    return out
+
+    @staticmethod
+    def forward(ctx, Q: Tensor, K: Tensor, V: Tensor, mask: Tensor | None) -> Tensor:
+        blocks = _Blocks(Q, K, mask)
+        Q3, K3, V3 = blocks.flat(Q), blocks.flat(K), blocks.flat(V)  # (B, seq, d): the batch dims as one
+        O = Q3.new_empty(*Q3.shape[:-1], V.shape[-1])  # (B, queries, d_v)
+        m = torch.empty(*Q3.shape[:-1], 1, dtype=blocks.dtype, device=Q.device)  # (B, queries, 1)
+        l = torch.empty_like(m)  # (B, queries, 1)
+        for b, rows in blocks:
+            q, k, v = blocks.cast(Q3[b, rows], K3[b], V3[b])  # (g, rows, d_k), (g, keys, d_k), (g, keys, d_v)
+            q = q * blocks.q_scale
+            S = q @ k.mT  # (g, rows, keys): the scores, or Q K^T when the scale must wait for the max
+            blocks.mask_(S, b, rows)
+            m_b = blocks.row_max(S, out=m[b, rows])  # (g, rows, 1)
+            P = blocks.exp_(S, m_b)  # (g, rows, keys): the weights, not yet normalized
+            l_b = blocks.row_sum(P, out=l[b, rows])  # (g, rows, 1)
+            O[b, rows] = (P @ v).div_(l_b)  # normalize the d_v output columns, not every key's weight
+        out = O.reshape(*Q.shape[:-1], V.shape[-1])  # (..., queries, d_v)
+        ctx.save_for_backward(Q, K, V, out, m, l, mask)
+        return out
+
+    @staticmethod
+    def backward(ctx, dO: Tensor) -> tuple[Tensor, Tensor, Tensor, None]:
+        if torch.is_grad_enabled():  # autograd asks for a graph of this backward: create_graph=True
+            raise RuntimeError(
+                "scaled_dot_product_attention: double backward (create_graph=True) is not supported; "
+                "its backward pass recomputes the weights in blocks and is not itself differentiable"
+            )
+        Q, K, V, out, m, l, mask = ctx.saved_tensors
+        blocks = _Blocks(Q, K, mask)
+        Q3, K3, V3, O, dO3 = (blocks.flat(t) for t in (Q, K, V, out, dO))
+        dQ = torch.empty(Q3.shape, dtype=blocks.dtype, device=Q.device)  # (B, queries, d_k)
+        dK = torch.zeros(K3.shape, dtype=blocks.dtype, device=Q.device)  # (B, keys, d_k): a sum over blocks
+        dV = torch.zeros(V3.shape, dtype=blocks.dtype, device=Q.device)  # (B, keys, d_v): a sum over blocks
+        for b, rows in blocks:
+            q, k, v, o, do = blocks.cast(Q3[b, rows], K3[b], V3[b], O[b, rows], dO3[b, rows])
+            q = q * blocks.q_scale
+            S = q @ k.mT  # (g, rows, keys): the forward pass's S again
+            blocks.mask_(S, b, rows)
+            P = blocks.exp_(S, m[b, rows]).div_(l[b, rows])  # (g, rows, keys): the weights again
+            dV[b] += P.mT @ do  # dV = P^T dO
+            dP = do @ v.mT  # dP = dO V^T, (g, rows, keys)
+            D = (do * o).sum(dim=-1, keepdim=True)  # rowsum(dO ∘ O), which is rowsum(P ∘ dP): (g, rows, 1)
+            dS = P.mul_(dP.sub_(D))  # dS = P ∘ (dP - D): the softmax's backward
+            dQ[b, rows] = (dS @ k).mul_(blocks.scale)  # dQ = dS K / sqrt(d_k)
+            dK[b] += (dS.mT @ q).mul_(blocks.s_scale)  # dK = dS^T Q / sqrt(d_k), q holding its part of it
+        dQ, dK, dV = (g.to(Q.dtype).reshape(t.shape) for g, t in ((dQ, Q), (dK, K), (dV, V)))
+        return dQ, dK, dV, None  # a mask has no gradient
+
+
+class _Blocks:
+    """The blocks of scores, and what their steps share. Half precision is computed in float32."""
+
+    def __init__(self, Q: Tensor, K: Tensor, mask: Tensor | None):
+        self.batch = Q.shape[:-2] or (1,)  # 2D inputs: one batch index
+        n_batch, n_q, n_k, d_k = math.prod(self.batch), Q.shape[-2], K.shape[-2], Q.shape[-1]
+        self.scale = 1 / math.sqrt(d_k)  # of the scores, S = Q K^T / sqrt(d_k)
+        # Q takes the scale where that is exact (a power of two: d_k = 1, 4, 16, 64, 256, ...), which saves a
+        # pass over the scores; else it comes after the max is off, where its rounding moves no score
+        exact = math.log2(self.scale).is_integer()
+        self.q_scale, self.s_scale = (self.scale, 1.0) if exact else (1.0, self.scale)
+        self.dtype = torch.float32 if Q.dtype in (torch.float16, torch.bfloat16) else Q.dtype
+        self.mask = None if mask is None else mask.expand(*self.batch, n_q, n_k)  # a view, nothing copied
+        rows = max(1, min(n_q, ROWS_PER_BLOCK, SCORES_PER_BLOCK // max(1, n_k)))
+        group = max(1, SCORES_PER_BLOCK // (rows * max(1, n_k)))  # batch indices per block
+        self.slices = [
+            (slice(j, j + group), slice(i, i + rows)) for j in range(0, n_batch, group) for i in range(0, n_q, rows)
+        ]
+
+    def __iter__(self):
+        return iter(self.slices)  # (batch indices, queries) of each block
+
+    def flat(self, t: Tensor) -> Tensor:
+        return t.reshape(-1, *t.shape[-2:])  # (B, seq, d): a view where the strides allow
+
+    def cast(self, *tensors: Tensor) -> list[Tensor]:
+        return [t.to(self.dtype) for t in tensors]
+
+    def mask_(self, S: Tensor, b: slice, rows: slice) -> None:
+        """-inf for the scores of the keys a query may not attend to, in place."""
+        if self.mask is not None:
+            index = torch.unravel_index(torch.arange(math.prod(self.batch))[b], self.batch)  # the block's batch
+            S.masked_fill_(~self.mask[(*index, rows)], -math.inf)  # the block's part of the mask: (g, rows, keys)
+
+    def row_max(self, S: Tensor, out: Tensor) -> Tensor:
+        m = torch.amax(S, dim=-1, keepdim=True, out=out)
+        if self.mask is not None:
+            m.masked_fill_(m == -math.inf, 0.0)  # an all-False row: e^{-inf - 0} is 0, not NaN
+        return m
+
+    def row_sum(self, P: Tensor, out: Tensor) -> Tensor:
+        l = torch.sum(P, dim=-1, keepdim=True, out=out)
+        if self.mask is not None:
+            l.masked_fill_(l == 0, 1.0)  # an all-False row: an output of 0, not 0/0
+        return l
+
+    def exp_(self, S: Tensor, m: Tensor) -> Tensor:
+        """e^{(S - m) / sqrt(d_k)} for the scores S and their row max m, in place; the max comes off before
+        the scale (where Q could not take it), so that what rounds is S - m, not scores of 1e4."""
+        S.sub_(m)
+        if self.s_scale != 1.0:
+            S.mul_(self.s_scale)
+        return S.exp_()
 
 
 def _check_attention_inputs(Q: Tensor, K: Tensor, V: Tensor, mask: Tensor | None) -> None:

@@ -39,7 +39,7 @@ class Config:
     repeats: int = 5
     memory: bool = True
     leaderboard_seq: int = 2048
-    max_backward_gib: float = 1.0  # skip yours' forward+backward when its score tensor would be larger
+    max_backward_gib: float | None = None  # skip yours' forward+backward where the scores would be larger
 
     def shape(self, seq: int) -> tuple[int, ...]:
         return (self.batch, self.heads, seq, self.head_dim)
@@ -142,7 +142,8 @@ def peak_mib(config: Config, root: Path, impl: str, fn: Callable, seq: int, back
 def measure(config: Config, root: Path, seq: int, backward: bool, impls: dict[str, Callable]) -> list[dict]:
     """Both implementations at one length and pass, interleaved repeats: one row per implementation."""
     pass_name = PASSES[backward]
-    skip = {YOURS} if backward and config.scores_gib(seq) > config.max_backward_gib else set()
+    too_big = config.max_backward_gib is not None and config.scores_gib(seq) > config.max_backward_gib
+    skip = {YOURS} if backward and too_big else set()
     memory = {name: peak_mib(config, root, name, fn, seq, backward) for name, fn in impls.items() if name not in skip}
     if config.memory and config.device == "cpu":
         skip |= {name for name, mib in memory.items() if mib is None}  # its child ran out of memory
