@@ -10,12 +10,12 @@ from __future__ import annotations
 import base64
 import contextlib
 import importlib
+import importlib.util
 import shutil
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -101,14 +101,15 @@ def students_package(folder: Path):
 def pytest_verdicts(assignment, folder: Path) -> dict[str, str | None]:
     """Each graded case's failure message in the students' pytest run (None: passed)."""
     rule = FromScratch(assignment, folder)
-    verdicts = {}
-    with students_package(folder) as functional:
-        adapters = SimpleNamespace(
-            run_softmax=functional.softmax, run_scaled_dot_product_attention=functional.scaled_dot_product_attention
-        )
+    verdicts, breaches = {}, {}  # one pytest session: a breach carries to the problem's later cases
+    with students_package(folder):
+        # the copy's own adapters module, so that the stack the messages give has the same frames as in pytest
+        spec = importlib.util.spec_from_file_location("submission_adapters", folder / "tests" / "adapters.py")
+        adapters = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(adapters)
         for case in assignment.cases:
             try:
-                run_graded(case, adapters, assignment, torch.device("cpu"), rule)
+                run_graded(case, adapters, assignment, torch.device("cpu"), rule, breaches)
                 verdicts[case.id] = None
             except (AssertionError, pytest.fail.Exception) as err:
                 verdicts[case.id] = str(err)
@@ -135,6 +136,10 @@ def assert_same_verdicts(assignment, outputs, verdicts, zeroed: set[str]) -> Non
             assert outputs[case.id] is None and verdicts[case.id] is None, (case.id, outputs[case.id])
     for problem in zeroed:
         assert any(verdicts[c.id] == outputs[c.id] for c in assignment.cases if c.problem == problem), problem
+        # from the first case that breaks the rule on, every case of the problem fails as in the grader
+        ordered = [verdicts[c.id] for c in assignment.cases if c.problem == problem]
+        first = next(i for i, v in enumerate(ordered) if v and "must be written from scratch" in v)
+        assert all(v and "must be written from scratch" in v for v in ordered[first:]), problem
 
 
 def first_breach(assignment, tmp_path, functional: str, expected: dict[str, float]) -> str:
@@ -248,6 +253,27 @@ def test_tensor_softmax_method_inside_attention_is_caught_by_what_it_runs(assign
     line = functional.splitlines().index("    weights = scores.softmax(-1)") + 1
     assert "ran these operators:\n  aten._softmax, which is torch's softmax" in message
     assert f"called from cs_basics/nn/functional.py:{line} in scaled_dot_product_attention" in message
+
+
+def test_a_forbidden_operator_before_a_crash_is_a_breach_named_with_the_students_stack(assignment, tmp_path):
+    attention = """
+def _weights(scores):
+    return getattr(torch, "soft" + "max")(scores, -1)
+
+
+def scaled_dot_product_attention(Q, K, V, mask=None):
+    weights = _weights(Q @ K.transpose(-2, -1))
+    raise RuntimeError("a crash after the forbidden call")
+"""
+    functional = source(SOFTMAX_FROM_SCRATCH, attention)
+    message = first_breach(assignment, tmp_path, functional, {SOFTMAX: 1.0, ATTENTION: 0.0})
+    lines = functional.splitlines()
+    inner = lines.index('    return getattr(torch, "soft" + "max")(scores, -1)') + 1
+    outer = lines.index("    weights = _weights(Q @ K.transpose(-2, -1))") + 1
+    stack = (
+        f"functional.py:{inner} in _weights, from cs_basics/nn/functional.py:{outer} in scaled_dot_product_attention"
+    )
+    assert f"called from cs_basics/nn/{stack}" in message
 
 
 EXEC_SOFTMAX = base64.b64encode(b"result = torch.softmax(x, dim)").decode()
@@ -432,8 +458,8 @@ def test_the_record_sees_every_route_to_a_forbidden_operator(assignment, route):
     x = torch.randn(4, 8, requires_grad=True)
     record = recorded(ATTENTION, assignment, ROUTE_CALLS[route], x)
     assert record.sightings and not record.tampering, record
-    if "sdpa" not in route and "Multihead" not in route:  # softmax forbids its own family only
-        assert recorded(SOFTMAX, assignment, ROUTE_CALLS[route], x).sightings
+    # softmax forbids attention too: a softmax read off torch's attention (K = V = I) is not from scratch
+    assert recorded(SOFTMAX, assignment, ROUTE_CALLS[route], x).sightings
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")  # torch.compile's notes on tracing code of the record
@@ -466,20 +492,53 @@ def test_every_softmax_and_attention_operator_in_torch_is_forbidden(assignment):
     softmax_ops = {n for n in names if "softmax" in n}
     attention_ops = softmax_ops | {n for n in names if "attention" in n or "sdp" in n}
     assert len(softmax_ops) >= 10 and len(attention_ops) >= 30  # the list itself is there
-    for problem, ops in ((SOFTMAX, softmax_ops), (ATTENTION, attention_ops)):
+    for problem, ops in ((SOFTMAX, attention_ops), (ATTENTION, attention_ops)):
         patterns = assignment.problems[problem].forbidden_ops
         unlisted = sorted(op for op in ops if not any(fnmatch.fnmatchcase(op, p) for p in patterns))
         assert not unlisted, f"{problem}: torch's operators {unlisted} are not in its forbidden_ops"
 
 
-def test_code_that_leaves_a_guard_against_the_record_in_place_is_caught(assignment):
-    def exclude_python_key(x):
-        keys = torch._C.DispatchKeySet(torch._C.DispatchKey.Python)
-        with getattr(torch._C, "_ExcludeDispatchKey" + "Guard")(keys):
-            return torch.softmax(x, -1)
+def exclude_python_key(x):
+    keys = torch._C.DispatchKeySet(torch._C.DispatchKey.Python)
+    with getattr(torch._C, "_ExcludeDispatchKey" + "Guard")(keys):
+        return torch.softmax(x, -1)
 
-    record = recorded(SOFTMAX, assignment, exclude_python_key, torch.randn(3))
-    assert record.tampering and "switches the record of operators off" in record.tampering[0]
+
+def python_key_excluded_in_thread_state(x):
+    C = importlib.import_module("torch._" + "C")
+    getattr(C, "_dispatch_tls_set_dispatch_key_" + "excluded")(C.DispatchKey.Python, True)
+    try:
+        return torch.softmax(x, -1)
+    finally:  # put back before the sentinel after the call could notice
+        getattr(C, "_dispatch_tls_set_dispatch_key_" + "excluded")(C.DispatchKey.Python, False)
+
+
+def python_key_forced_out(x):
+    C = importlib.import_module("torch._" + "C")
+    exclude = C._dispatch_tls_local_exclude_set() | C.DispatchKeySet(C.DispatchKey.Python)
+    with getattr(C, "_ForceDispatchKey" + "Guard")(C._dispatch_tls_local_include_set(), exclude):
+        return torch.softmax(x, -1)
+
+
+def mode_popped_and_pushed_back(x):
+    C = importlib.import_module("torch._" + "C")
+    mode = getattr(C, "_pop_torch_dispatch" + "_stack")(None)
+    try:
+        return torch.softmax(x, -1)
+    finally:
+        getattr(C, "_push_on_torch_dispatch" + "_stack")(mode)
+
+
+@pytest.mark.parametrize(
+    "switch_off",
+    [exclude_python_key, python_key_excluded_in_thread_state, python_key_forced_out, mode_popped_and_pushed_back],
+    ids=lambda f: f.__name__,
+)
+def test_code_that_switches_the_record_off_through_torch_internals_is_caught(assignment, switch_off):
+    """Each way into the dispatcher's thread state that hides operators from the record, put back
+    before the call returns so that the sentinel after it passes."""
+    record = recorded(SOFTMAX, assignment, switch_off, torch.randn(3))
+    assert record.tampering and "switches the record of operators off" in record.tampering[0], record
 
 
 # ---------------------------------------------------------------- the scan: what each problem reaches

@@ -5,6 +5,7 @@ import json
 import shutil
 import subprocess
 import sys
+from fractions import Fraction
 
 import pytest
 from rich.console import Console
@@ -157,6 +158,10 @@ def test_results_file_has_gradescopes_fields_and_types(assignment, tmp_path):
         assert test["status"] in ("passed", "failed") and test["tags"] in ([SOFTMAX], [ATTENTION])
         assert test["visibility"] == ("after_published" if "hidden" in test["name"] else "visible")
     assert data["score"] == pytest.approx(sum(t["score"] for t in data["tests"])) == pytest.approx(1.0)
+    for problem, points in ((SOFTMAX, 1), (ATTENTION, 5)):  # 24 tests of 0.2083 or 0.2084: 5, not 4.999992
+        max_scores = [t["max_score"] for t in data["tests"] if t["tags"] == [problem]]
+        assert all(round(m, 4) == m for m in max_scores)
+        assert sum(Fraction(str(m)) for m in max_scores) == points
 
 
 def test_the_command_grades_this_checkout_and_exits_zero_for_any_score(tmp_path):

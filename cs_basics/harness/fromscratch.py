@@ -69,7 +69,10 @@ def static_breach(problem: str, uses: list[Use]) -> str | None:
     if not uses:
         return None
     names = "; ".join(str(u) for u in uses)
-    return f"0 points for {problem}: it must be written from scratch, but the code it runs uses {names}"
+    return (
+        f"0 points for {problem}: it must be written from scratch, but the code it runs uses {names} "
+        "(found by reading the code it reaches, before any case ran)"
+    )
 
 
 @dataclass

@@ -60,30 +60,52 @@ def from_scratch(assignment: Assignment) -> FromScratch:
     return FromScratch(assignment, assignment.root)
 
 
-def run_graded(case: Case, adapters: ModuleType, assignment: Assignment, device: torch.device, rule: FromScratch):
+def run_graded(
+    case: Case,
+    adapters: ModuleType,
+    assignment: Assignment,
+    device: torch.device,
+    rule: FromScratch,
+    breaches: dict[str, str] | None = None,
+):
     """One graded case as the grader judges it: the from-scratch rule (static, then what the case ran),
-    then the values. Fails the test with the grader's message."""
+    then the values. Fails the test with the grader's message.
+
+    `breaches` (problem -> message) carries a breach to the problem's later cases in the same run: the
+    grader gives the whole problem 0 when one of its cases breaks the rule, so they fail here too.
+    """
+    breaches = {} if breaches is None else breaches
     try:
         inputs, expected = assignment.store_for(case).load(case.id)
     except FixtureError as err:
         pytest.fail(str(err), pytrace=False)
-    breach = rule.static_breach(case.problem)
+    breach = rule.static_breach(case.problem) or breaches.get(case.problem)
     if breach:
         pytest.fail(breach, pytrace=False)
-    with rule.watch(case.problem) as watch, diagnosis.crashes_noted():
-        outputs = run_call(case, adapters, inputs, device)
-    breach = runtime_breach(case.problem, case.id, watch.record)
-    if breach:
-        pytest.fail(breach, pytrace=False)
+    watch = rule.watch(case.problem)
+    try:
+        with watch, diagnosis.crashes_noted():
+            outputs = run_call(case, adapters, inputs, device)
+    finally:  # a forbidden operator before a crash is a breach, as in the grader
+        breach = runtime_breach(case.problem, case.id, watch.record)
+        if breach:
+            breaches[case.problem] = breach
+            pytest.fail(breach, pytrace=False)
     run_check(case, inputs, expected, outputs, device)
+
+
+@pytest.fixture(scope="session")
+def from_scratch_breaches() -> dict[str, str]:
+    """The problems whose cases broke the from-scratch rule so far in this run, with the message."""
+    return {}
 
 
 @pytest.fixture
 def run_graded_case(
-    assignment: Assignment, device: torch.device, from_scratch: FromScratch
+    assignment: Assignment, device: torch.device, from_scratch: FromScratch, from_scratch_breaches: dict[str, str]
 ) -> Callable[[Case, ModuleType], None]:
     """Run one case through the given adapters module on the session's device, under the grader's rules."""
-    return lambda case, adapters: run_graded(case, adapters, assignment, device, from_scratch)
+    return lambda case, adapters: run_graded(case, adapters, assignment, device, from_scratch, from_scratch_breaches)
 
 
 def graded(test: Callable) -> Callable:

@@ -39,11 +39,19 @@ SWITCHES = {
         "_ExcludeDispatchKeyGuard",
         "ExcludeDispatchKeyGuard",
         "_SetExcludeDispatchKeyGuard",
+        "_ForceDispatchKeyGuard",
+        "_dispatch_tls_set_dispatch_key_excluded",
+        "_dispatch_tls_set_dispatch_key_included",
+        "_dynamo_restore_local_dispatch_key_set",
+        "_pop_torch_dispatch_stack",
+        "_push_on_torch_dispatch_stack",
         "_pop_torch_dispatch_mode",
         "_unset_dispatch_mode",
         "_set_dispatch_mode",
     ),
 }
+
+MAX_FRAMES = 6  # of the student's stack in a message
 
 # set to 0 only to measure what the record costs (benchmarks/record_overhead.py): it switches the
 # run-time half of the from-scratch rule off, in the grader's environment as in pytest's
@@ -58,7 +66,7 @@ class Sighting:
     """A forbidden operator that ran, and the student's line that called it ("" when none did)."""
 
     op: str  # e.g. "aten._softmax"
-    where: str = ""  # e.g. "cs_basics/nn/functional.py:42 in scaled_dot_product_attention"
+    where: str = ""  # e.g. "cs_basics/nn/functional.py:12 in my_softmax, from cs_basics/nn/functional.py:42 in ..."
 
 
 @dataclass
@@ -114,14 +122,20 @@ class StudentFrames:
         return relative.as_posix() if self.is_student(relative) else None
 
     def where(self, frames: traceback.StackSummary) -> str:
-        """The innermost student line of a stack, noting code run by exec below it."""
-        for depth, frame in enumerate(reversed(frames)):
+        """The stack cut to the student's lines, innermost first, noting code run by exec below them."""
+        inner_first = list(reversed(frames))
+        lines = []
+        for depth, frame in enumerate(inner_first):
             label = self.label(frame.filename)
-            if label is not None:
-                below = list(reversed(frames))[:depth]
+            if label is None:
+                continue
+            line = f"{label}:{frame.lineno} in {frame.name}"
+            if not lines:
+                below = inner_first[:depth]
                 via_exec = any(f.filename.startswith("<") and not f.filename.startswith("<frozen") for f in below)
-                return f"{label}:{frame.lineno} in {frame.name}" + (" (in code it ran with exec)" if via_exec else "")
-        return ""
+                line += " (in code it ran with exec)" if via_exec else ""
+            lines.append(line)
+        return ", from ".join(lines[:MAX_FRAMES])
 
 
 class _Recorder(TorchDispatchMode):
