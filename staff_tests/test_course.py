@@ -219,7 +219,7 @@ def edit(path: Path, old: str, new: str) -> None:
     path.write_text(text.replace(old, new, 1))
 
 
-SETTINGS = {"device": "cpu", "case_seconds": 60.0, "total_seconds": 900.0, "memory_mb": 4096}
+SETTINGS = {"device": "cpu", "case_seconds": 60.0, "total_seconds": 900.0, "timeouts_per_problem": 2, "memory_mb": 4096}
 
 
 @pytest.mark.parametrize(

@@ -28,6 +28,7 @@ import torch
 
 from cs_basics.harness.grading import GradingError, grade
 from cs_basics.harness.limits import Limits
+from cs_basics.harness.results import results_json
 from cs_basics.harness.sandbox import (
     UID_BASE,
     UID_COUNT,
@@ -43,13 +44,8 @@ from .submissions import ROOT, outputs_of, scores, submission, wrap_attention
 ATTENTION, SOFTMAX = "scaled_dot_product_attention", "softmax"
 FULL = {SOFTMAX: 1.0, ATTENTION: 5.0}
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="the jobs' own uid and namespaces need a root grader")
-SANDBOXES = [
-    pytest.param(
-        "bubblewrap",
-        marks=pytest.mark.skipif(not bubblewrap_runs(), reason="bubblewrap is not installed here: only the fallback"),
-    ),
-    "fallback",
-]
+needs_bubblewrap = pytest.mark.skipif(not bubblewrap_runs(), reason="bubblewrap does not run here: only the fallback")
+SANDBOXES = [pytest.param("bubblewrap", marks=needs_bubblewrap), "fallback"]
 
 
 @pytest.fixture(scope="module", params=SANDBOXES)
@@ -100,9 +96,9 @@ def test_files_left_in_the_temporary_folders_are_gone_after_grading(assignment, 
         with open(_path, "w") as _f:
             _f.write("left behind")
     """
-    result, _ = graded(assignment, worker, submission(tmp_path, code))
+    result, seconds = graded(assignment, worker, submission(tmp_path, code))
     assert scores(result) == pytest.approx(FULL)
-    assert not [p for p in litter if os.path.exists(p)]
+    assert not [p for p in litter if os.path.exists(p)] and seconds < 60
 
 
 @needs_root
@@ -119,23 +115,27 @@ def test_the_submission_reaches_no_network(assignment, worker, tmp_path):
         except OSError:
             pass
         """
-        result, _ = graded(assignment, worker, submission(tmp_path, code))
+        result, seconds = graded(assignment, worker, submission(tmp_path, code))
         with pytest.raises(TimeoutError):
             listener.accept()
-    assert scores(result) == pytest.approx(FULL)
+    assert scores(result) == pytest.approx(FULL) and seconds < 60
 
 
 def test_signals_sent_to_the_grader_change_nothing(assignment, worker, tmp_path):
+    """SIGSTOP and SIGTERM to the grader's pid, to the job's parent and to its process group."""
     code = f"""
     import os, signal
-    for _sig in (signal.SIGSTOP, signal.SIGTERM):
-        try:
-            os.kill({os.getpid()}, _sig)
-        except OSError:
-            pass
+    for _target in ({os.getpid()}, os.getppid(), -os.getpgid(0)):
+        for _sig in (signal.SIGSTOP, signal.SIGTERM):
+            try:
+                if _target not in (0, 1, -1):
+                    os.kill(_target, _sig)
+            except OSError:
+                pass
     """
-    result, _ = graded(assignment, worker, submission(tmp_path, code))
-    assert scores(result) == pytest.approx(FULL)
+    result, seconds = graded(assignment, worker, submission(tmp_path, code))
+    assert scores(result) == pytest.approx(FULL) and seconds < 60
+    assert left_running(worker) == []
 
 
 def test_an_endless_line_on_the_progress_pipe_is_not_kept(assignment, worker, tmp_path):
@@ -263,6 +263,23 @@ def gone_within(uids: set[int], seconds: float) -> bool:
 @pytest.mark.parametrize("sandbox", SANDBOXES)
 @pytest.mark.parametrize("kill", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
 def test_a_grader_killed_mid_case_leaves_nothing_running_and_a_valid_results_file(tmp_path, sandbox, kill):
+    killed_mid_case(tmp_path, sandbox, kill)
+
+
+@needs_root
+@pytest.mark.parametrize(
+    "sandbox, stop",
+    [
+        pytest.param("bubblewrap", signal.SIGINT, marks=needs_bubblewrap, id="SIGINT-bubblewrap"),
+        pytest.param("fallback", signal.SIGHUP, id="SIGHUP-fallback"),
+    ],
+)
+def test_ctrl_c_and_a_hang_up_wind_grading_down_as_sigterm_does(tmp_path, sandbox, stop):
+    """The same handler as SIGTERM's, so each of the other two stop signals runs in one sandbox."""
+    killed_mid_case(tmp_path, sandbox, stop)
+
+
+def killed_mid_case(tmp_path, sandbox, kill):
     loop = wrap_attention("while True:\n    pass")
     results = tmp_path / "results.json"
     before, folders = job_uids(), worker_folders()
@@ -277,11 +294,11 @@ def test_a_grader_killed_mid_case_leaves_nothing_running_and_a_valid_results_fil
     finally:
         grader.kill()
     data = json.loads(results.read_text())  # valid JSON either way
-    if kill == signal.SIGTERM:
-        assert grader.returncode == 128 + signal.SIGTERM
+    if kill != signal.SIGKILL:
+        assert grader.returncode == 128 + kill
         public = [t for t in data["tests"] if "hidden" not in t["name"]]
         assert all(t["status"] == "passed" for t in public if t["tags"] == [SOFTMAX]), [t["output"] for t in public]
-        assert any("not run: grading was stopped (SIGTERM)" in t["output"] for t in data["tests"])
+        assert any(f"not run: grading was stopped ({kill.name})" in t["output"] for t in data["tests"])
     else:
         assert data["score"] == 0 and "grading did not finish" in data["output"]
 
@@ -289,14 +306,20 @@ def test_a_grader_killed_mid_case_leaves_nothing_running_and_a_valid_results_fil
 # ---------------------------------------------------------------- defaults, shown once
 
 
-def test_a_looping_attention_costs_minutes_with_the_default_limits_and_softmax_keeps_its_point(assignment, tmp_path):
-    """With the defaults, in the sandbox a plain `cs-basics grade` picks (the other tests set short limits)."""
+@pytest.mark.parametrize("sandbox", SANDBOXES)
+def test_a_looping_attention_costs_minutes_with_the_default_limits_and_softmax_keeps_its_point(
+    assignment, tmp_path, sandbox
+):
+    """With the defaults, in each sandbox (the other tests set short limits)."""
     start = time.monotonic()
-    result = grade(assignment, submission(tmp_path, wrap_attention("while True:\n    pass")), torch.device("cpu"))
+    folder = submission(tmp_path, wrap_attention("while True:\n    pass"))
+    result = grade(assignment, folder, torch.device("cpu"), sandbox=sandbox)
     seconds = time.monotonic() - start
     defaults = Limits()
     assert seconds < 300 and seconds < (defaults.timeouts_per_problem + 1) * defaults.case_seconds + 60
     assert scores(result) == pytest.approx({SOFTMAX: 1.0, ATTENTION: 0.0})
+    sandbox_used = results_json(result)["extra_data"]["cs_basics"]["sandbox"]
+    assert sandbox_used["name"] == sandbox and isinstance(sandbox_used["namespaces"], bool)
     messages = outputs_of(result, ATTENTION)
     assert sum("ran over its time limit of 20 s" in m for m in messages) == defaults.timeouts_per_problem
     assert sum("not run: your function did not return on cases" in m for m in messages) == len(messages) - 2
@@ -360,3 +383,42 @@ def test_without_namespaces_the_grader_deletes_what_the_jobs_uid_left(tmp_path):
     remove_litter(uid)
     assert litter.exists() and not (litter / "deep").exists()
     litter.rmdir()
+
+
+# ---------------------------------------------------------------- a grader that is not root
+
+
+def test_without_a_uid_to_kill_by_the_server_ends_what_a_job_left_as_its_subreaper():
+    """What a grader that is not root relies on: a job's double-forked, setsid daemon becomes the grading
+    server's child (its subreaper), and the sweep after the job ends it. Runs as any user."""
+    script = """
+import os, socket, time
+from cs_basics.harness import zygote
+
+ours, _theirs = socket.socketpair()
+server = zygote.Server(ours)
+r, w = os.pipe()
+if os.fork() == 0:  # the job: it leaves a daemon in a session of its own and exits
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            os.write(w, str(os.getpid()).encode())
+            null = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):  # the test's pipes are not held open by it
+                os.dup2(null, fd)
+            time.sleep(600)
+        os._exit(0)
+    os._exit(0)
+daemon = int(os.read(r, 16))
+time.sleep(0.2)
+server.sweep()
+try:
+    os.kill(daemon, 0)
+    print("left running", daemon)
+except ProcessLookupError:
+    print("gone")
+"""
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    if done.stdout.startswith("left running"):
+        os.kill(int(done.stdout.split()[-1]), signal.SIGKILL)
+    assert done.stdout.strip() == "gone", done.stdout + done.stderr

@@ -51,6 +51,7 @@ class Grade:
     execution_time: float
     output: str = ""
     notes: list[str] = field(default_factory=list)
+    sandbox: dict = field(default_factory=dict)  # which sandbox graded it (Worker.summary)
 
     @property
     def score(self) -> float:
@@ -233,4 +234,4 @@ def grade(
         run = runs[case.id]
         passed, message = verdict(assignment, case, run, device)
         tests.append(TestResult(case, assignment.points[case.id], passed, message, run.seconds))
-    return Grade(tests, time.monotonic() - start, output=log, notes=notes)
+    return Grade(tests, time.monotonic() - start, output=log, notes=notes, sandbox=worker.summary())

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 class Limits:
     case_seconds: float = 20.0  # each case; the reference needs milliseconds
     import_seconds: float = 120.0  # importing the submission (and the device's start-up)
-    total_seconds: float = 480.0  # the whole submission: results are written well inside Gradescope's 10 minutes
+    total_seconds: float = 270.0  # the whole submission: any submission is graded in under 5 minutes
     timeouts_per_problem: int = 2  # after this many cases of a problem ran out of time, its other cases are not run
     memory_mb: int = 4096  # RLIMIT_DATA: torch imports in well under 1 GiB
     file_mb: int = 64  # the largest file the child may write

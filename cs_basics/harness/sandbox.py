@@ -306,6 +306,10 @@ class Worker:
         alone = "its own namespaces (no network, private /tmp)" if self.isolated else "no namespaces of its own"
         return f"graded in {where}, as {who}, with {alone}"
 
+    def summary(self) -> dict:
+        """Which sandbox, for the results file: {"name": "bubblewrap" or "fallback", "uid", "namespaces"}."""
+        return {"name": self.sandbox, "uid": self.uid, "namespaces": self.isolated}
+
     def next_id(self) -> int:
         self.attempts += 1
         return self.attempts
@@ -333,23 +337,32 @@ class Worker:
             self.server = Server(self.sandbox, self.root, self.limits)
         return self.server
 
-    def end_job(self, job_id: int) -> None:
-        """Every process of the job, gone."""
+    def end_processes(self) -> None:
+        """Every process of this worker's jobs, gone: by their uid as root; else through the server, the
+        subreaper of every process a job leaves (a grader that is not root has no uid to kill by)."""
         if self.uid is not None:
             kill_uid(self.uid)
+        elif self.server is not None:
+            with contextlib.suppress(OSError):
+                self.server.send({"op": "sweep"})
+
+    def end_job(self, job_id: int) -> None:
+        """Every process of the job, gone."""
+        self.end_processes()
         if self.server is not None:
             with contextlib.suppress(OSError):
                 self.server.send({"op": "kill", "id": job_id})
 
     def clean_up(self, folder: Path) -> None:
         """After a submission: nothing of it left running or lying around."""
-        if self.uid is not None:
-            kill_uid(self.uid)
-            if not self.isolated:  # with namespaces its temporary folders went with it
-                remove_litter(self.uid)
+        self.end_processes()
+        if self.uid is not None and not self.isolated:  # with namespaces its temporary folders went with it
+            remove_litter(self.uid)
         shutil.rmtree(folder, ignore_errors=True)
 
     def close(self) -> None:
+        if self.uid is None:
+            self.end_processes()  # through the server, while it is there
         if self.server is not None:
             self.server.close()
             self.server = None
@@ -557,8 +570,7 @@ def run_cases(worker: Worker, job: dict, cases: list[str], problems: dict[str, s
             if remaining:
                 remaining, retry = run_once(worker, job | {"id": worker.next_id()}, remaining, state)
         state.fail(remaining, "not run: an earlier failure stopped the submission's process")
-        if worker.uid is not None:
-            kill_uid(worker.uid)  # nothing of the job may still write while the outputs are read
+        worker.end_processes()  # nothing of the job may still write while the outputs are read
         for name, run in state.runs.items():
             if run.error is None:
                 run.outputs, run.error = read_outputs(folder / "out" / f"{name}.safetensors")
