@@ -142,7 +142,13 @@ class _Blocks:
         exact = math.log2(self.scale).is_integer()
         self.q_scale, self.s_scale = (self.scale, 1.0) if exact else (1.0, self.scale)
         self.dtype = torch.float32 if Q.dtype in (torch.float16, torch.bfloat16) else Q.dtype
-        self.mask = None if mask is None else mask.expand(*self.batch, n_q, n_k)  # a view, nothing copied
+        self.mask, self.coords = None, []
+        if mask is not None and n_batch:
+            self.mask = mask.expand(*self.batch, n_q, n_k)  # a view: nothing copied
+            flat, after = torch.arange(n_batch), n_batch
+            for size in self.batch:  # each batch index's place along each batch dim, to index the mask with
+                after //= size
+                self.coords.append(flat // after % size)
         rows = max(1, min(n_q, ROWS_PER_BLOCK, SCORES_PER_BLOCK // max(1, n_k)))
         group = max(1, SCORES_PER_BLOCK // (rows * max(1, n_k)))  # batch indices per block
         self.slices = [
@@ -153,7 +159,7 @@ class _Blocks:
         return iter(self.slices)  # (batch indices, queries) of each block
 
     def flat(self, t: Tensor) -> Tensor:
-        return t.reshape(-1, *t.shape[-2:])  # (B, seq, d): a view where the strides allow
+        return t.reshape(math.prod(self.batch), *t.shape[-2:])  # (B, seq, d): a view where the strides allow
 
     def cast(self, *tensors: Tensor) -> list[Tensor]:
         return [t.to(self.dtype) for t in tensors]
@@ -161,7 +167,7 @@ class _Blocks:
     def mask_(self, S: Tensor, b: slice, rows: slice) -> None:
         """-inf for the scores of the keys a query may not attend to, in place."""
         if self.mask is not None:
-            index = torch.unravel_index(torch.arange(math.prod(self.batch))[b], self.batch)  # the block's batch
+            index = [c[b] for c in self.coords]  # the block's batch indices, in each batch dim
             S.masked_fill_(~self.mask[(*index, rows)], -math.inf)  # the block's part of the mask: (g, rows, keys)
 
     def row_max(self, S: Tensor, out: Tensor) -> Tensor:
