@@ -26,7 +26,7 @@ fi
 command -v bwrap >/dev/null 2>&1 || { apt-get update && apt-get install -y bubblewrap; } || true
 command -v uv >/dev/null 2>&1 || python3 -m pip install --quiet uv
 export UV_PYTHON_DOWNLOADS=never
-uv sync --frozen --no-dev
+uv sync --frozen --no-dev --compile-bytecode
 """
 
 RUN = """#!/usr/bin/env bash
