@@ -204,3 +204,27 @@ def test_memory_is_bounded_forward_and_backward(monkeypatch):
         functional.scaled_dot_product_attention(Q, K, V, mask).sum().backward()
     scores = 2 * 2 * 128 * 96 * 4
     assert max(sizes) <= Q.untyped_storage().nbytes() < scores / 10, (max(sizes), scores)
+
+
+def test_autocast_changes_nothing_inside():
+    """Training under torch.autocast (AMP): the blocks are computed in the inputs' dtype, as without it."""
+    Q, K, V = (t.float().requires_grad_() for t in inputs(2, 3))
+    mask = MASKS["full"]
+    expected = forward_and_gradients(functional.scaled_dot_product_attention, Q, K, V, mask, torch.ones(2, 3, 7, 3))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = forward_and_gradients(functional.scaled_dot_product_attention, Q, K, V, mask, torch.ones(2, 3, 7, 3))
+    assert all(torch.equal(a, b) for a, b in zip(got, expected, strict=True))
+
+
+def test_the_output_may_be_changed_in_place_and_a_backward_through_that_is_refused():
+    """As with torch's fused kernels, which keep their output for the backward pass too: the change is
+    allowed, and autograd's own check refuses a backward pass that would use the changed output."""
+    Q, K, V = (t.float().requires_grad_() for t in inputs(2, n_q=5, d_v=4))  # torch's flash kernel's case
+    for attention in (functional.scaled_dot_product_attention, F.scaled_dot_product_attention):
+        out = attention(Q, K, V)
+        out += 1.0
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            out.sum().backward()
+    with torch.no_grad():
+        out = functional.scaled_dot_product_attention(Q, K, V)
+        out += 1.0

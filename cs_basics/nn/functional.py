@@ -83,23 +83,10 @@ class _Attention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, Q: Tensor, K: Tensor, V: Tensor, mask: Tensor | None) -> Tensor:
-        blocks = _Blocks(Q, K, mask)
-        Q3, K3, V3 = blocks.flat(Q), blocks.flat(K), blocks.flat(V)  # (B, seq, d): the batch dims as one
-        O = Q3.new_empty(*Q3.shape[:-1], V.shape[-1])  # (B, queries, d_v)
-        m = torch.empty(*Q3.shape[:-1], 1, dtype=blocks.dtype, device=Q.device)  # (B, queries, 1)
-        l = torch.empty_like(m)  # (B, queries, 1)
-        for b, rows in blocks:
-            q, k, v = blocks.cast(Q3[b, rows], K3[b], V3[b])  # (g, rows, d_k), (g, keys, d_k), (g, keys, d_v)
-            q = q * blocks.q_scale
-            S = q @ k.mT  # (g, rows, keys): the scores, or Q K^T when the scale must wait for the max
-            blocks.mask_(S, b, rows)
-            m_b = blocks.row_max(S, out=m[b, rows])  # (g, rows, 1)
-            P = blocks.exp_(S, m_b)  # (g, rows, keys): the weights, not yet normalized
-            l_b = blocks.row_sum(P, out=l[b, rows])  # (g, rows, 1)
-            O[b, rows] = (P @ v).div_(l_b)  # normalize the d_v output columns, not every key's weight
-        out = O.reshape(*Q.shape[:-1], V.shape[-1])  # (..., queries, d_v)
-        ctx.save_for_backward(Q, K, V, out, m, l, mask)
-        return out
+        with torch.autocast(Q.device.type, enabled=False):  # in the inputs' dtype, whatever autocast would pick
+            O, m, l = _forward(Q, K, V, mask)
+        ctx.save_for_backward(Q, K, V, O, m, l, mask)
+        return O
 
     @staticmethod
     def backward(ctx, dO: Tensor) -> tuple[Tensor, Tensor, Tensor, None]:
@@ -108,26 +95,50 @@ class _Attention(torch.autograd.Function):
                 "scaled_dot_product_attention: double backward (create_graph=True) is not supported; "
                 "its backward pass recomputes the weights in blocks and is not itself differentiable"
             )
-        Q, K, V, out, m, l, mask = ctx.saved_tensors
-        blocks = _Blocks(Q, K, mask)
-        Q3, K3, V3, O, dO3 = (blocks.flat(t) for t in (Q, K, V, out, dO))
-        dQ = torch.empty(Q3.shape, dtype=blocks.dtype, device=Q.device)  # (B, queries, d_k)
-        dK = torch.zeros(K3.shape, dtype=blocks.dtype, device=Q.device)  # (B, keys, d_k): a sum over blocks
-        dV = torch.zeros(V3.shape, dtype=blocks.dtype, device=Q.device)  # (B, keys, d_v): a sum over blocks
-        for b, rows in blocks:
-            q, k, v, o, do = blocks.cast(Q3[b, rows], K3[b], V3[b], O[b, rows], dO3[b, rows])
-            q = q * blocks.q_scale
-            S = q @ k.mT  # (g, rows, keys): the forward pass's S again
-            blocks.mask_(S, b, rows)
-            P = blocks.exp_(S, m[b, rows]).div_(l[b, rows])  # (g, rows, keys): the weights again
-            dV[b] += P.mT @ do  # dV = P^T dO
-            dP = do @ v.mT  # dP = dO V^T, (g, rows, keys)
-            D = (do * o).sum(dim=-1, keepdim=True)  # rowsum(dO ∘ O), which is rowsum(P ∘ dP): (g, rows, 1)
-            dS = P.mul_(dP.sub_(D))  # dS = P ∘ (dP - D): the softmax's backward
-            dQ[b, rows] = (dS @ k).mul_(blocks.scale)  # dQ = dS K / sqrt(d_k)
-            dK[b] += (dS.mT @ q).mul_(blocks.s_scale)  # dK = dS^T Q / sqrt(d_k), q holding its part of it
-        dQ, dK, dV = (g.to(Q.dtype).reshape(t.shape) for g, t in ((dQ, Q), (dK, K), (dV, V)))
+        with torch.autocast(dO.device.type, enabled=False):
+            dQ, dK, dV = _backward(dO, *ctx.saved_tensors)
         return dQ, dK, dV, None  # a mask has no gradient
+
+
+def _forward(Q: Tensor, K: Tensor, V: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
+    """O, and each query row's m and l."""
+    blocks = _Blocks(Q, K, mask)
+    O = Q.new_empty(*Q.shape[:-1], V.shape[-1])  # (..., queries, d_v)
+    Q3, K3, V3, O3 = (blocks.flat(t) for t in (Q, K, V, O))  # (B, seq, d): the batch dims as one; O3 writes O
+    m = torch.empty(*Q3.shape[:-1], 1, dtype=blocks.dtype, device=Q.device)  # (B, queries, 1)
+    l = torch.empty_like(m)  # (B, queries, 1)
+    for b, rows in blocks:
+        q, k, v = blocks.cast(Q3[b, rows], K3[b], V3[b])  # (g, rows, d_k), (g, keys, d_k), (g, keys, d_v)
+        q = q * blocks.q_scale
+        S = q @ k.mT  # (g, rows, keys): the scores, or Q K^T when the scale must wait for the max
+        blocks.mask_(S, b, rows)
+        m_b = blocks.row_max(S, out=m[b, rows])  # (g, rows, 1)
+        P = blocks.exp_(S, m_b)  # (g, rows, keys): the weights, not yet normalized
+        l_b = blocks.row_sum(P, out=l[b, rows])  # (g, rows, 1)
+        O3[b, rows] = (P @ v).div_(l_b)  # normalize the d_v output columns, not every key's weight
+    return O, m, l
+
+
+def _backward(dO: Tensor, Q: Tensor, K: Tensor, V: Tensor, O: Tensor, m: Tensor, l: Tensor, mask: Tensor | None):
+    """dQ, dK and dV, the weights recomputed block by block from m and l."""
+    blocks = _Blocks(Q, K, mask)
+    Q3, K3, V3, O3, dO3 = (blocks.flat(t) for t in (Q, K, V, O, dO))
+    dQ = torch.empty(Q3.shape, dtype=blocks.dtype, device=Q.device)  # (B, queries, d_k)
+    dK = torch.zeros(K3.shape, dtype=blocks.dtype, device=Q.device)  # (B, keys, d_k): a sum over blocks
+    dV = torch.zeros(V3.shape, dtype=blocks.dtype, device=Q.device)  # (B, keys, d_v): a sum over blocks
+    for b, rows in blocks:
+        q, k, v, o, do = blocks.cast(Q3[b, rows], K3[b], V3[b], O3[b, rows], dO3[b, rows])
+        q = q * blocks.q_scale
+        S = q @ k.mT  # (g, rows, keys): the forward pass's S again
+        blocks.mask_(S, b, rows)
+        P = blocks.exp_(S, m[b, rows]).div_(l[b, rows])  # (g, rows, keys): the weights again
+        dV[b] += P.mT @ do  # dV = P^T dO
+        dP = do @ v.mT  # dP = dO V^T, (g, rows, keys)
+        D = (do * o).sum(dim=-1, keepdim=True)  # rowsum(dO ∘ O), which is rowsum(P ∘ dP): (g, rows, 1)
+        dS = P.mul_(dP.sub_(D))  # dS = P ∘ (dP - D): the softmax's backward
+        dQ[b, rows] = (dS @ k).mul_(blocks.scale)  # dQ = dS K / sqrt(d_k)
+        dK[b] += (dS.mT @ q).mul_(blocks.s_scale)  # dK = dS^T Q / sqrt(d_k): q has q_scale, s_scale is the rest
+    return [g.to(t.dtype).reshape(t.shape) for g, t in ((dQ, Q), (dK, K), (dV, V))]
 
 
 class _Blocks:
