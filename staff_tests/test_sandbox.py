@@ -9,6 +9,7 @@ root grader (the jobs' own uid, namespaces) run when the tests run as root, and 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -422,3 +423,34 @@ except ProcessLookupError:
     if done.stdout.startswith("left running"):
         os.kill(int(done.stdout.split()[-1]), signal.SIGKILL)
     assert done.stdout.strip() == "gone", done.stdout + done.stderr
+
+
+@needs_root  # root lets this test run a job with no uid and no namespaces of its own, as a user's grader does
+def test_a_grader_with_no_uid_to_kill_by_leaves_nothing_running_through_the_servers_sweep(assignment, tmp_path):
+    pid_file = tmp_path / "daemon.pid"
+    daemon = f"""
+    import os as _os, time as _time
+    if _os.fork() == 0:  # a daemon in a session of its own, whose parent exits
+        _os.setsid()
+        if _os.fork() == 0:
+            _null = _os.open(_os.devnull, _os.O_RDWR)
+            for _fd in (0, 1, 2):
+                _os.dup2(_null, _fd)
+            open({str(pid_file)!r}, "w").write(str(_os.getpid()))
+            _time.sleep(120)
+        _os._exit(0)
+    """
+    with Worker("fallback", Limits(case_seconds=10), namespaces=False) as worker:
+        worker.uid = None  # as for a grader that is not root: no uid to kill by, the server's sweep instead
+        result, seconds = graded(assignment, worker, submission(tmp_path, daemon))
+        pid = int(pid_file.read_text())
+        try:
+            os.kill(pid, 0)
+            left = True
+        except ProcessLookupError:
+            left = False
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    assert scores(result) == pytest.approx(FULL) and seconds < 60
+    assert not left, f"the daemon {pid} was still running when grading returned"

@@ -83,14 +83,20 @@ def run_graded(
     if breach:
         pytest.fail(breach, pytrace=False)
     watch = rule.watch(case.problem)
-    try:
-        with watch, diagnosis.crashes_noted():
-            outputs = run_call(case, adapters, inputs, device)
-    finally:  # a forbidden operator before a crash is a breach, as in the grader
+
+    def fail_if_breached() -> None:
         breach = runtime_breach(case.problem, case.id, watch.record)
         if breach:
             breaches[case.problem] = breach
             pytest.fail(breach, pytrace=False)
+
+    try:
+        with watch, diagnosis.crashes_noted():
+            outputs = run_call(case, adapters, inputs, device)
+    except Exception:  # a forbidden operator before a crash is a breach, as in the grader (Ctrl-C stays Ctrl-C)
+        fail_if_breached()
+        raise
+    fail_if_breached()
     run_check(case, inputs, expected, outputs, device)
 
 

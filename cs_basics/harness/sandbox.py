@@ -337,18 +337,25 @@ class Worker:
             self.server = Server(self.sandbox, self.root, self.limits)
         return self.server
 
-    def end_processes(self) -> None:
+    def end_processes(self, wait: bool = True) -> None:
         """Every process of this worker's jobs, gone: by their uid as root; else through the server, the
-        subreaper of every process a job leaves (a grader that is not root has no uid to kill by)."""
+        subreaper of every process a job leaves (a grader that is not root has no uid to kill by), waiting
+        for it to say so unless a job's attempt is still listening to it."""
         if self.uid is not None:
             kill_uid(self.uid)
         elif self.server is not None:
+            sweep = self.next_id()
             with contextlib.suppress(OSError):
-                self.server.send({"op": "sweep"})
+                self.server.send({"op": "sweep", "id": sweep})
+                deadline = time.monotonic() + 10
+                while wait and time.monotonic() < deadline:
+                    message = self.server.receive(deadline - time.monotonic())
+                    if message is None or message.get("gone") or message.get("swept") == sweep:
+                        break
 
     def end_job(self, job_id: int) -> None:
         """Every process of the job, gone."""
-        self.end_processes()
+        self.end_processes(wait=False)  # the job's attempt reads the server's messages
         if self.server is not None:
             with contextlib.suppress(OSError):
                 self.server.send({"op": "kill", "id": job_id})

@@ -295,6 +295,7 @@ class Server:
             self.send(started=job["id"])
         elif message.get("op") == "sweep":
             self.sweep()
+            self.send(swept=message.get("id"))
         elif message.get("op") == "kill":
             for pid, job in self.jobs.items():
                 if job == message.get("id"):
