@@ -498,6 +498,18 @@ def test_every_softmax_and_attention_operator_in_torch_is_forbidden(assignment):
         assert not unlisted, f"{problem}: torch's operators {unlisted} are not in its forbidden_ops"
 
 
+def test_the_courses_forbidden_lists_hold_for_every_problem_before_its_own():
+    from cs_basics.harness.config import Problem
+
+    course = {"forbidden": ["torch.softmax"], "forbidden_ops": ["aten._softmax"]}
+    own = {"points": 2, "forbidden": ["torch.nn.MultiheadAttention"], "forbidden_ops": ["aten._native_multi_*"]}
+    problem = Problem.from_table("attention", own, course)
+    assert problem.forbidden == ("torch.softmax", "torch.nn.MultiheadAttention")
+    assert problem.forbidden_ops == ("aten._softmax", "aten._native_multi_*")
+    assert Problem.from_table("softmax", {"points": 1}, course).forbidden_ops == ("aten._softmax",)
+    assert Problem.from_table("softmax", {"points": 1}).forbidden_ops == ()
+
+
 def exclude_python_key(x):
     keys = torch._C.DispatchKeySet(torch._C.DispatchKey.Python)
     with getattr(torch._C, "_ExcludeDispatchKey" + "Guard")(keys):

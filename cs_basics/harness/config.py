@@ -9,6 +9,8 @@ student_code = ["cs_basics"]            # what grading takes from a submission
 staff_code = ["mypkg/grading_aids.py"] # ...except these, always taken from this repository (cs_basics's
                                        # own harness, study and cli.py always are: see grading.TOOLING)
 handout_exclude = ["staff_tests"]       # left out of the student handout (besides `hidden`)
+forbidden = ["torch.nn.functional.scaled_dot_product_attention"]  # every problem's, before its own
+forbidden_ops = ["aten._scaled_dot_product_*"]
 
 [tool.cs-basics.problems.softmax]
 points = 1
@@ -45,12 +47,15 @@ class Problem:
     adapter: str = ""  # the adapter function that calls the problem's code
 
     @classmethod
-    def from_table(cls, name: str, table: dict) -> Problem:
+    def from_table(cls, name: str, table: dict, course: dict | None = None) -> Problem:
+        """The problem's own table; the course-wide `forbidden` and `forbidden_ops` (in `course`, the
+        [tool.cs-basics] table) hold for every problem, before the problem's own."""
+        course = course or {}
         return cls(
             name,
             float(table["points"]),
-            tuple(table.get("forbidden", ())),
-            tuple(table.get("forbidden_ops", ())),
+            (*course.get("forbidden", ()), *table.get("forbidden", ())),
+            (*course.get("forbidden_ops", ()), *table.get("forbidden_ops", ())),
             table.get("adapter", f"run_{name}"),
         )
 
@@ -77,7 +82,7 @@ class Assignment:
         problems = self.table.get("problems") or {}
         if not problems:
             raise ConfigError(f"{self.root / 'pyproject.toml'}: [tool.cs-basics.problems] declares no problem")
-        return {name: Problem.from_table(name, table) for name, table in problems.items()}
+        return {name: Problem.from_table(name, table, self.table) for name, table in problems.items()}
 
     @cached_property
     def store(self) -> FixtureStore:
