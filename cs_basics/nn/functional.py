@@ -146,7 +146,8 @@ class _Blocks:
 
     def __init__(self, Q: Tensor, K: Tensor, mask: Tensor | None):
         self.batch = Q.shape[:-2] or (1,)  # 2D inputs: one batch index
-        n_batch, n_q, n_k, d_k = math.prod(self.batch), Q.shape[-2], K.shape[-2], Q.shape[-1]
+        self.n_batch = n_batch = math.prod(self.batch)
+        n_q, n_k, d_k = Q.shape[-2], K.shape[-2], Q.shape[-1]
         self.scale = 1 / math.sqrt(d_k)  # of the scores, S = Q K^T / sqrt(d_k)
         # Q takes the scale where that is exact (a power of two: d_k = 1, 4, 16, 64, 256, ...), which saves a
         # pass over the scores; else it comes after the max is off, where its rounding moves no score
@@ -170,7 +171,7 @@ class _Blocks:
         return iter(self.slices)  # (batch indices, queries) of each block
 
     def flat(self, t: Tensor) -> Tensor:
-        return t.reshape(math.prod(self.batch), *t.shape[-2:])  # (B, seq, d): a view where the strides allow
+        return t.reshape(self.n_batch, *t.shape[-2:])  # (B, seq, d): a view where the strides allow
 
     def cast(self, *tensors: Tensor) -> list[Tensor]:
         return [t.to(self.dtype) for t in tensors]
