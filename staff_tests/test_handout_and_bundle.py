@@ -6,13 +6,15 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import tomllib
 import zipfile
 from pathlib import Path
 
 import pytest
 
+from cs_basics.harness import bundle
 from cs_basics.harness.config import Assignment
-from cs_basics.harness.handout import HandoutError, build, check_readme, check_ruff, cut
+from cs_basics.harness.handout import HandoutError, build, check_readme, check_ruff, cut, handout_pyproject
 
 from .submissions import ROOT, submission, wrap_attention
 
@@ -48,6 +50,14 @@ def test_cut_drops_the_imports_only_the_solution_used():
 def test_cut_refuses_unbalanced_markers(source):
     with pytest.raises(HandoutError):
         cut(source, "functional.py")
+
+
+def test_every_install_compiles_bytecode_here_in_the_handout_and_in_the_bundle(assignment):
+    """Where PYTHONDONTWRITEBYTECODE is set, an install that does not compile leaves every process compiling."""
+    ours = (ROOT / "pyproject.toml").read_text()
+    for text in (ours, handout_pyproject(ours, assignment)):  # the bundle holds the project's own pyproject
+        assert tomllib.loads(text)["tool"]["uv"]["compile-bytecode"] is True
+    assert "uv sync --frozen --no-dev --compile-bytecode" in bundle.SETUP
 
 
 def test_handout_command_builds_and_checks_the_starter_repository(tmp_path):
