@@ -38,11 +38,16 @@ def cmd_grade(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from cs_basics.harness.report import ReportError, analyse, load_folder, merge, print_analysis
+    from cs_basics.harness.report import ReportError, analyse, load_folder, merge, print_analysis, unfinished_message
+    from cs_basics.harness.shards import submission_folders
 
     try:
         if args.command == "merge":
-            merge(args.folders, args.out)
+            missing = merge(args.folders, args.out, args.submissions)
+            if missing:
+                names = [p.name for p in submission_folders(args.submissions)]
+                print(f"cs-basics merge: {unfinished_message(missing, names, args.shards)}", file=sys.stderr)
+                return 1
         else:
             results = load_folder(args.folder)
             print_analysis(analyse(results, args.out or args.folder), caption=f"{len(results)} submissions")
@@ -250,6 +255,16 @@ def build_parser() -> argparse.ArgumentParser:
     merge = sub.add_parser("merge", help="one scores.csv and item analysis from several shards' results folders")
     merge.add_argument("folders", type=Path, nargs="+", help="the shards' results folders")
     merge.add_argument("--out", type=Path, required=True, help="a folder for the merged results")
+    merge.add_argument(
+        "--submissions",
+        type=Path,
+        default=None,
+        help="the course's folder of submissions: write what the shards hold, name each submission without a"
+        " completed grade and exit 1 (a shard that failed or ran out of time); a shard's folder may be missing",
+    )
+    merge.add_argument(
+        "--shards", type=positive, default=None, help="the number of shards: name the shard of each one missing"
+    )
     merge.set_defaults(func=cmd_report)
 
     handout = sub.add_parser("handout", help="cut the student handout from this solution repository, and check it")

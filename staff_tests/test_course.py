@@ -13,6 +13,7 @@ from cs_basics.cli import main
 from cs_basics.harness.config import Assignment
 from cs_basics.harness.regrade import course_parts, plan, read_results, stamp, submission_digest
 from cs_basics.harness.report import ReportError, item_rows, load_folder, merge_results, problem_rows
+from cs_basics.harness.results import write_results
 from cs_basics.harness.shards import Shard, ShardError, parse_shard, resolve_shard, select, shard_from_env
 
 from .submissions import ROOT, submission, wrap_attention
@@ -74,6 +75,11 @@ def test_an_array_job_chooses_the_shard(env, shard):
         ({"JOB_COMPLETION_INDEX": "x", "CS_BASICS_SHARDS": "3"}, "not a whole number"),
         ({"SLURM_ARRAY_TASK_ID": "7", "SLURM_ARRAY_TASK_MIN": "1", "SLURM_ARRAY_TASK_COUNT": "3"}, "7 of 3 from 1"),
         ({"SLURM_ARRAY_TASK_ID": "2"}, "SLURM_ARRAY_TASK_MIN, SLURM_ARRAY_TASK_COUNT is not"),
+        # re-runs of some shards: `sbatch --array=2` (or =1) would otherwise grade the whole course as shard 1/1
+        # into shard-2's folder, `--array=3-4` the course's halves as shards 1/2 and 2/2
+        ({"SLURM_ARRAY_TASK_ID": "2", "SLURM_ARRAY_TASK_MIN": "2", "SLURM_ARRAY_TASK_COUNT": "1"}, "1 task starting"),
+        ({"SLURM_ARRAY_TASK_ID": "1", "SLURM_ARRAY_TASK_MIN": "1", "SLURM_ARRAY_TASK_COUNT": "1"}, "--shard I/N"),
+        ({"SLURM_ARRAY_TASK_ID": "4", "SLURM_ARRAY_TASK_MIN": "3", "SLURM_ARRAY_TASK_COUNT": "2"}, "2 tasks starting"),
     ],
 )
 def test_an_array_jobs_environment_that_names_no_shard_is_a_clear_error(env, says):
@@ -124,7 +130,7 @@ def course(tmp_path_factory):
     submission(folder, name="alice")
     submission(folder, wrap_attention("raise RuntimeError('boom')"), name="bob")
     submission(folder, replace={"def softmax(": "def softmax(:"}, name="carol")
-    slurm = {"SLURM_ARRAY_TASK_ID": "8", "SLURM_ARRAY_TASK_MIN": "7", "SLURM_ARRAY_TASK_COUNT": "2"}
+    slurm = {"SLURM_ARRAY_TASK_ID": "2", "SLURM_ARRAY_TASK_MIN": "1", "SLURM_ARRAY_TASK_COUNT": "2"}
     runs = [
         grade_folder(folder, tmp / "whole"),
         grade_folder(folder, tmp / "shard1", "--shard", "1/2"),
@@ -135,14 +141,17 @@ def course(tmp_path_factory):
 
 
 def test_shards_merged_equal_one_run(course, capsys):
-    tmp, _, outputs = course
+    tmp, folder, outputs = course
     assert "shard 2/2" in outputs[2]
     assert sorted(p.name for p in (tmp / "shard1").glob("*.json")) == ["alice.json"]
     assert sorted(p.name for p in (tmp / "shard2").glob("*.json")) == ["bob.json", "carol.json"]
-    assert main(["merge", str(tmp / "shard1"), str(tmp / "shard2"), "--out", str(tmp / "merged")]) == 0
+    shards = [str(tmp / "shard1"), str(tmp / "shard2")]
+    assert main(["merge", *shards, "--out", str(tmp / "merged")]) == 0
     assert "merged 3 submissions" in capsys.readouterr().out
+    assert main(["merge", *shards, "--submissions", str(folder), "--out", str(tmp / "checked")]) == 0  # none missing
     for name in ANALYSIS:
         assert (tmp / "merged" / name).read_text() == (tmp / "whole" / name).read_text(), name
+        assert (tmp / "checked" / name).read_text() == (tmp / "whole" / name).read_text(), name
     assert (tmp / "whole" / "scores.csv").read_text().splitlines()[1:] == [
         "alice,6.0,6.0,",
         "bob,1.0,6.0,",
@@ -150,6 +159,36 @@ def test_shards_merged_equal_one_run(course, capsys):
     ]
     for folder in ("whole", "merged"):
         assert all((tmp / folder / png).read_bytes()[:8] == PNG for png in ("totals.png", "pass_rates.png"))
+
+
+def test_a_merge_told_the_submissions_names_those_a_failed_shard_left_without_a_grade(course, tmp_path, capsys):
+    tmp, folder, _ = course
+    shard1, shard2 = tmp_path / "shard1", tmp_path / "shard2"
+    shutil.copytree(tmp / "shard1", shard1)
+    shutil.copytree(tmp / "shard2", shard2)  # shard 2 of 2 ran out of time: bob has no results file, carol's
+    (shard2 / "bob.json").unlink()  # grading was stopped
+    write_results(shard2 / "carol.json", stamp(read_results(shard2 / "carol.json"), None, "grading was stopped"))
+    merged, never_ran = tmp_path / "merged", tmp_path / "shard3"
+    merge = ["merge", str(shard1), str(shard2), str(never_ran), "--submissions", str(folder)]
+    assert main([*merge, "--shards", "2", "--out", str(merged)]) == 1
+    err = capsys.readouterr().err
+    assert "2 of 3 submissions have no completed grade; re-run shards 2 (Slurm: sbatch --array=2 " in err
+    assert "  bob (shard 2/2): no results file\n  carol (shard 2/2): grading was stopped" in err
+    assert f"{never_ran} holds no results files" in err
+    # what exists is written: alice's grade, carol's partial one (its error in scores.csv), their analysis
+    assert sorted(p.name for p in merged.glob("*.json")) == ["alice.json", "carol.json"]
+    scores = (merged / "scores.csv").read_text()
+    assert "alice," in scores and "grading was stopped" in scores and "bob" not in scores
+    assert all((merged / name).is_file() for name in ANALYSIS)
+    # a file a grader left before its batch stamped it (grading's placeholder 0): no fingerprint, not a grade
+    data = read_results(shard1 / "alice.json")
+    del data["extra_data"]
+    write_results(shard1 / "alice.json", data)
+    assert main([*merge, "--out", str(tmp_path / "again")]) == 1
+    assert "  alice: its grading did not complete (no fingerprint)" in capsys.readouterr().err
+    # without --submissions a folder with no results is still an error, and nothing says who is missing
+    assert main(["merge", str(tmp / "shard1"), str(never_ran), "--out", str(tmp_path / "plain")]) == 2
+    assert "is not a folder of results files" in capsys.readouterr().err
 
 
 def test_the_batch_writes_and_prints_the_item_analysis(course):

@@ -26,7 +26,7 @@ from cs_basics.harness.regrade import Planned, plan, read_results, settings_of, 
 from cs_basics.harness.report import SCORES, analyse, print_analysis, score_row, write_scores
 from cs_basics.harness.results import write_results
 from cs_basics.harness.sandbox import STOP, StaffError, Worker
-from cs_basics.harness.shards import resolve_shard, select
+from cs_basics.harness.shards import resolve_shard, select, submission_folders
 
 
 def has_student_code(assignment: Assignment, folder: Path) -> bool:
@@ -42,7 +42,11 @@ def is_batch(assignment: Assignment, folder: Path) -> bool:
 
 def grade_planned(assignment: Assignment, planned: Planned, device: torch.device, worker: Worker) -> dict:
     """Grade one submission of the batch; its results file carries the fingerprint once grading completed."""
-    result = grade_safely(assignment, planned.submission, planned.results, device, worker.limits, worker=worker)
+    try:
+        result = grade_safely(assignment, planned.submission, planned.results, device, worker.limits, worker=worker)
+    except StaffError as err:  # the grading server failed under it: its file says so, not a bare placeholder 0
+        not_graded(planned, f"not graded: {err}")
+        raise
     error = result if isinstance(result, str) else "grading was stopped" if STOP.is_set() else ""
     data = stamp(read_results(planned.results) or {}, None if error else planned.fingerprint, error)
     write_results(planned.results, data)
@@ -60,7 +64,7 @@ def grade_many(assignment: Assignment, folder: Path, results_dir: Path, args: ar
     if problems:  # every grade would stop on it: the staff must act first
         print("cs-basics grade: the course's fixtures fail their checks:\n" + "\n".join(problems), file=sys.stderr)
         return 2
-    submissions = sorted(d for d in folder.iterdir() if d.is_dir() and not d.name.startswith("."))
+    submissions = submission_folders(folder)
     shard = resolve_shard(args.shard, os.environ)
     planned = plan(assignment, select(submissions, shard), results_dir, settings_of(args), args.force)
     results_dir.mkdir(parents=True, exist_ok=True)

@@ -32,6 +32,7 @@ from rich.table import Table
 
 from cs_basics.harness.regrade import stored
 from cs_basics.harness.results import write_atomic, write_results
+from cs_basics.harness.shards import shard_of, submission_folders
 
 SCORES, ITEMS, PROBLEMS = "scores.csv", "items.csv", "problems.csv"
 TOTALS_PNG, PASS_RATES_PNG = "totals.png", "pass_rates.png"
@@ -85,11 +86,21 @@ def grade_of(data: Mapping) -> tuple:
     ]
 
 
-def merge_results(folders: list[Path]) -> dict[str, dict]:
-    """The results of several folders (a course's shards); a submission in two of them must have one grade."""
+def has_results(folder: Path) -> bool:
+    """Whether `load_folder` finds any results in it."""
+    named = [p for p in folder.glob("*.json") if not p.name.startswith(".")]
+    return folder.is_dir() and bool(named or [*folder.glob("*/results.json")])
+
+
+def merge_results(folders: list[Path], allow_empty: bool = False) -> dict[str, dict]:
+    """The results of several folders (a course's shards); a submission in two of them must have one grade.
+    `allow_empty`: a folder that is missing or holds no results (a shard that never ran) is passed over."""
     merged: dict[str, dict] = {}
     where: dict[str, Path] = {}
     for folder in folders:
+        if allow_empty and not has_results(Path(folder)):
+            print(f"warning: {folder} holds no results files (a shard that did not run?)", file=sys.stderr)
+            continue
         for name, data in load_folder(folder).items():
             if name in merged and grade_of(merged[name]) != grade_of(data):
                 raise ReportError(
@@ -324,12 +335,45 @@ def stamped_parts(results: Mapping[str, Mapping]) -> set[tuple]:
     return found
 
 
-def merge(folders: list[Path], out: Path) -> Analysis:
-    """One results folder from several shards': every results file, scores.csv and the item analysis."""
+def unfinished(results: Mapping[str, Mapping], submissions: list[str]) -> dict[str, str]:
+    """The course's submissions without a completed grade, and why: no results file, or one whose grading
+    did not complete (the batch stamps why into it, and a fingerprint only into a completed one)."""
+    why = {}
+    for name in submissions:
+        ours = stored(results.get(name))
+        if name not in results:
+            why[name] = "no results file"
+        elif ours.get("error") or not ours.get("fingerprint"):
+            why[name] = ours.get("error") or "its grading did not complete (no fingerprint)"
+    return why
+
+
+def unfinished_message(missing: Mapping[str, str], submissions: list[str], shards: int | None) -> str:
+    """What to tell the staff: each submission without a grade and, given the number of shards, its shard."""
+    shard = {name: shard_of(submissions, name, shards) for name in missing} if shards else {}
+    lines = [
+        f"  {name}" + (f" (shard {shard[name]}/{shards})" if shards else "") + f": {why}"
+        for name, why in missing.items()
+    ]
+    again = "re-run their shards"
+    if shards:
+        rerun = ",".join(map(str, sorted(set(shard.values()))))
+        again = f"re-run shards {rerun} (Slurm: sbatch --array={rerun} grade.sbatch)"
+    return f"{len(missing)} of {len(submissions)} submissions have no completed grade; {again}, then merge again:\n" + (
+        "\n".join(lines)
+    )
+
+
+def merge(folders: list[Path], out: Path, submissions: Path | None = None) -> dict[str, str]:
+    """One results folder from several shards': every results file, scores.csv and the item analysis.
+    Given the course's folder of submissions, a shard that did not run or finish is no error: what exists is
+    written, and the submissions without a completed grade are returned with why (empty: all graded)."""
     out = Path(out)
     if any(out.resolve() == Path(f).resolve() for f in folders):
         raise ReportError(f"--out {out} is one of the folders being merged: choose a new folder")
-    results = merge_results(folders)
+    if submissions is not None and not Path(submissions).is_dir():
+        raise ReportError(f"--submissions {submissions} is not a folder of submissions")
+    results = merge_results(folders, allow_empty=submissions is not None)
     if len(stamped_parts(results)) > 1:
         print(
             "warning: these results were not all graded with the same course, fixtures, grader "
@@ -338,7 +382,8 @@ def merge(folders: list[Path], out: Path) -> Analysis:
     for name, data in results.items():
         write_results(out / f"{name}.json", data)
     write_scores(out / SCORES, [score_row(name, data) for name, data in results.items()])
-    analysis = analyse(results, out)
-    print_analysis(analysis, caption=f"{len(results)} submissions from {len(folders)} folders")
+    print_analysis(analyse(results, out), caption=f"{len(results)} submissions from {len(folders)} folders")
     print(f"merged {len(results)} submissions into {out / SCORES}")
-    return analysis
+    if submissions is None:
+        return {}
+    return unfinished(results, [p.name for p in submission_folders(Path(submissions))])

@@ -6,6 +6,10 @@
   (N, set by the manifest to the Job's `completions`: Kubernetes does not pass the count itself).
 - Slurm job array: `SLURM_ARRAY_TASK_ID`, `SLURM_ARRAY_TASK_MIN`, `SLURM_ARRAY_TASK_COUNT` (and
   `SLURM_ARRAY_TASK_STEP` for `--array=0-30:10`), so `--array=0-3` and `--array=1-4` both give 4 shards.
+  Only a whole array can say how many shards there are: one that starts at neither 0 nor 1, or has one
+  task, is refused. It is most often a re-run of some shards (`sbatch --array=2` sets COUNT=1, MIN=2;
+  `--array=3-4` sets COUNT=2, MIN=3), and taking it at its word would grade the whole course, or the
+  wrong halves of it, into those shards' folders. A re-run passes `--shard I/N`, as the recipes do.
 
 Slices are contiguous runs of the submissions sorted by name, of sizes that differ by at most one.
 Contiguous rather than round-robin because a submission added later moves at most N-1 others to
@@ -18,6 +22,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -80,6 +85,12 @@ def shard_from_env(env: Mapping[str, str]) -> Shard | None:
         source = f"SLURM_ARRAY_TASK_ID={task} of {count} from {first}"
         if step < 1 or (task - first) % step:
             raise ShardError(f"{source}: the array is not an evenly stepped range (use --array=1-N)")
+        if count == 1 or first not in (0, 1):
+            raise ShardError(
+                f"{source}: an array of {count} task{'s' * (count > 1)} starting at {first} does not say how many "
+                "shards the course has (a re-run of some shards?): pass --shard I/N, this task's shard and the number"
+                " of shards (the recipe passes --shard $SLURM_ARRAY_TASK_ID/$SHARDS)"
+            )
         return shard((task - first) // step + 1, count, source)
     return None
 
@@ -89,9 +100,19 @@ def resolve_shard(given: Shard | None, env: Mapping[str, str]) -> Shard | None:
     return given if given is not None else shard_from_env(env)
 
 
+def submission_folders(folder: Path) -> list[Path]:
+    """The submissions of a course's folder, in the order shards slice them: its subfolders by name."""
+    return sorted(d for d in folder.iterdir() if d.is_dir() and not d.name.startswith("."))
+
+
 def select(items: Sequence[T], which: Shard | None) -> list[T]:
     """The shard's contiguous slice of `items` (already in a stable order); all of them without a shard."""
     if which is None:
         return list(items)
     n = len(items)
     return list(items[(which.index - 1) * n // which.count : which.index * n // which.count])
+
+
+def shard_of(items: Sequence[T], item: T, count: int) -> int:
+    """The shard (1 to count) whose slice of `items` holds `item`."""
+    return next(i for i in range(1, count + 1) if item in select(items, Shard(i, count)))
