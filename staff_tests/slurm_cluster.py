@@ -113,7 +113,8 @@ class Cluster:
         sock = munge / "munge.socket"
         conf = self.folder / "slurm.conf"
         conf.write_text(slurm_conf(self.folder, host, sock))
-        self.env = os.environ | {"SLURM_CONF": str(conf)}
+        outside = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}  # run inside a job: not its
+        self.env = outside | {"SLURM_CONF": str(conf)}
         self.daemon(
             "munged", "--foreground", "--force", f"--socket={sock}", f"--key-file={key}",
             f"--pid-file={munge / 'munged.pid'}", f"--log-file={munge / 'munged.log'}",

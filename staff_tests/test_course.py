@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -414,3 +415,41 @@ def test_merge_refuses_a_submission_graded_twice_with_different_results(tmp_path
     assert not (tmp_path / "merged").exists()
     assert main(["merge", str(one), "--out", str(one)]) == 2
     assert "is one of the folders being merged" in capsys.readouterr().err
+
+
+# --- the Kubernetes recipe's commands ------------------------------------------------------------------------
+
+
+def manifest_command(path: Path) -> str:
+    """The `sh -c` script of a manifest's container: its folded (`>-`) block, lines joined by spaces."""
+    lines = path.read_text().splitlines()
+    start = lines.index("            - >-") + 1
+    block = [line.strip() for line in lines[start:] if line.startswith(" " * 14)]
+    return " ".join(block[: next((i for i, line in enumerate(block) if ":" in line.split()[0]), len(block))])
+
+
+def test_the_kubernetes_jobs_commands_grade_their_shard_and_the_merge_names_the_rest(tmp_path):
+    """grade-job.yaml's and merge-job.yaml's commands as their pods run them, /data a temporary folder."""
+    grade_job, merge_job = ROOT / "docs/cluster/grade-job.yaml", ROOT / "docs/cluster/merge-job.yaml"
+    shards = re.search(r'CS_BASICS_SHARDS, value: "(\d+)"', grade_job.read_text())[1]
+    assert f"completions: {shards} " in grade_job.read_text() and f"--shards {shards}" in manifest_command(merge_job)
+    submission(tmp_path / "submissions", name="alice")
+    submission(tmp_path / "submissions", name="bob")  # 2 submissions in 8 shards: shard 8 holds bob alone
+    env = {k: v for k, v in os.environ.items() if not k.startswith(ARRAY_JOB)}
+    env |= {"JOB_COMPLETION_INDEX": str(int(shards) - 1), "CS_BASICS_SHARDS": shards}
+    env["PATH"] = f"{Path(shutil.which('uv')).parent}:{env['PATH']}"
+
+    def pod(manifest: Path) -> subprocess.CompletedProcess:
+        script = manifest_command(manifest).replace("/data/", f"{tmp_path}/")
+        assert script.startswith("exec uv run "), script  # the grader is PID 1 and gets the SIGTERM
+        return subprocess.run(["sh", "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+
+    graded = pod(grade_job)
+    assert graded.returncode == 0, graded.stderr
+    assert f"1 submissions (shard {shards}/{shards} of" in graded.stdout
+    assert sorted(p.name for p in (tmp_path / f"results/shard-{shards}").glob("*.json")) == ["bob.json"]
+    merged = pod(merge_job)
+    assert merged.returncode == 1, merged.stderr
+    assert "1 of 2 submissions have no completed grade; re-run shards 4 (" in merged.stderr
+    assert "  alice (shard 4/8): no results file" in merged.stderr
+    assert (tmp_path / "results/all/bob.json").is_file()
