@@ -100,6 +100,7 @@ class Cluster:
     def __init__(self, folder: Path):
         self.folder = Path(folder)
         self.daemons: list[subprocess.Popen] = []
+        self.logs: list = []
         self.env = dict(os.environ)
 
     def start(self) -> Cluster:
@@ -128,6 +129,7 @@ class Cluster:
 
     def daemon(self, *command: str) -> None:
         log = open(self.folder / f"{command[0]}.out", "w")  # noqa: SIM115 (the daemon keeps it)
+        self.logs.append(log)
         self.daemons.append(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=self.env))
 
     def node_state(self) -> str:
@@ -190,6 +192,8 @@ class Cluster:
                 except subprocess.TimeoutExpired:
                     daemon.kill()
                     daemon.wait()
+        for log in self.logs:
+            log.close()
 
     def __enter__(self) -> Cluster:
         try:

@@ -73,10 +73,10 @@ def log(course: Path, name: str) -> str:
 
 @pytest.fixture(scope="module")
 def graded(cluster, tmp_path_factory):
-    """Four submissions graded by a 2-task array and merged, and in one plain run beside it."""
+    """Three submissions graded by a 2-task array and merged, and in one plain run beside it."""
     course = make_course(
         tmp_path_factory.mktemp("slurm-course"),
-        {"alice": None, "bob": "raise RuntimeError('boom')", "carol": {"def softmax(": "def softmax(:"}, "dave": None},
+        {"alice": None, "bob": "raise RuntimeError('boom')", "carol": {"def softmax(": "def softmax(:"}},
     )
     plain_run = ["grade", "--submission", str(course / "submissions"), "--results", str(course / "plain")]
     plain = subprocess.Popen(
@@ -95,18 +95,18 @@ def graded(cluster, tmp_path_factory):
 
 def test_every_task_ran_and_the_merge_equals_one_plain_run(graded):
     cluster, course, job, merge = graded
-    for task, names in ((1, ["alice.json", "bob.json"]), (2, ["carol.json", "dave.json"])):
+    for task, names in ((1, ["alice.json"]), (2, ["bob.json", "carol.json"])):
         state = cluster.job(f"{job}_{task}")
         assert (state["JobState"], state["ExitCode"]) == ("COMPLETED", "0:0"), log(course, f"grade-{job}_{task}.out")
-        assert f"2 submissions (shard {task}/2 of" in log(course, f"grade-{job}_{task}.out")
+        assert f"{len(names)} submissions (shard {task}/2 of" in log(course, f"grade-{job}_{task}.out")
         assert sorted(p.name for p in (course / f"results/shard-{task}").glob("*.json")) == names
     assert cluster.job(merge)["JobState"] == "COMPLETED", log(course, f"merge-{merge}.out")
     merged, plain = course / "results/all", course / "plain"
     for name in ANALYSIS:
         assert (merged / name).read_text() == (plain / name).read_text(), name
-    for name in ("alice", "bob", "carol", "dave"):
+    for name in ("alice", "bob", "carol"):
         assert grade_of(read_results(merged / f"{name}.json")) == grade_of(read_results(plain / f"{name}.json"))
-    assert [read_results(merged / f"{n}.json")["score"] for n in ("alice", "bob", "carol", "dave")] == [6, 1, 0, 6]
+    assert [read_results(merged / f"{n}.json")["score"] for n in ("alice", "bob", "carol")] == [6, 1, 0]
 
 
 def test_a_second_submission_skips_every_unchanged_submission_and_one_shard_reruns_alone(graded):
@@ -120,12 +120,12 @@ def test_a_second_submission_skips_every_unchanged_submission_and_one_shard_reru
     again = cluster.sbatch(*SMALL, "--array=2", logs, str(GRADE), env=job_env(course))
     cluster.wait(merge)
     cluster.wait(again)
-    for task in (1, 2):
-        assert "0 graded, 2 unchanged" in log(course, f"grade-{job}_{task}.out")
+    for task, unchanged in ((1, 1), (2, 2)):
+        assert f"0 graded, {unchanged} unchanged" in log(course, f"grade-{job}_{task}.out")
     assert cluster.job(merge)["JobState"] == "COMPLETED"
     assert {p: p.read_bytes() for p in before} == before
     assert "2 submissions (shard 2/2 of" in log(course, f"grade-{again}_2.out")
-    assert sorted(p.name for p in (course / "results/shard-2").glob("*.json")) == ["carol.json", "dave.json"]
+    assert sorted(p.name for p in (course / "results/shard-2").glob("*.json")) == ["bob.json", "carol.json"]
 
 
 def test_a_failed_shard_makes_the_merge_name_its_submissions_and_fail(cluster, tmp_path):
