@@ -26,10 +26,10 @@ class Unavailable(Exception):
 
 def install() -> None:
     """Slurm and munge from the distribution, when missing: as root, with apt-get."""
+    if os.geteuid() != 0:  # slurmd runs jobs as their users, and the jobs here grade as root
+        raise Unavailable("not root: installing slurm-wlm and munge and starting their daemons needs root")
     if all(shutil.which(p) for p in PROGRAMS):
         return
-    if os.geteuid() != 0:
-        raise Unavailable("not root: installing slurm-wlm and munge and starting their daemons needs root")
     if not shutil.which("apt-get"):
         raise Unavailable("slurm-wlm and munge are not installed and there is no apt-get to install them")
     done = apt_get("install", "-y", "-qq", "--no-install-recommends", *PACKAGES)

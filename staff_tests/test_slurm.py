@@ -163,10 +163,10 @@ def test_the_daemons_it_started_are_stopped(cluster):
 
 
 def test_where_slurm_cannot_be_stood_up_the_tests_say_why(monkeypatch):
-    monkeypatch.setattr(slurm_cluster.shutil, "which", lambda name: None)
     monkeypatch.setattr(slurm_cluster.os, "geteuid", lambda: 1000)
-    with pytest.raises(Unavailable, match="not root"):
+    with pytest.raises(Unavailable, match="not root"):  # installed or not: its daemons need root
         slurm_cluster.install()
+    monkeypatch.setattr(slurm_cluster.shutil, "which", lambda name: None)
     monkeypatch.setattr(slurm_cluster.os, "geteuid", lambda: 0)
     with pytest.raises(Unavailable, match="no apt-get to install them"):
         slurm_cluster.install()
