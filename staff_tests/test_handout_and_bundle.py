@@ -52,12 +52,17 @@ def test_cut_refuses_unbalanced_markers(source):
         cut(source, "functional.py")
 
 
-def test_every_install_compiles_bytecode_here_in_the_handout_and_in_the_bundle(assignment):
-    """Where PYTHONDONTWRITEBYTECODE is set, an install that does not compile leaves every process compiling."""
+def test_installs_that_serve_many_processes_compile_bytecode_once(assignment):
+    """Where PYTHONDONTWRITEBYTECODE is set, an install that does not compile leaves every process compiling;
+    the project's own setting would make every `uv run` (each student's pytest) check the bytecode again."""
     ours = (ROOT / "pyproject.toml").read_text()
-    for text in (ours, handout_pyproject(ours, assignment)):  # the bundle holds the project's own pyproject
-        assert tomllib.loads(text)["tool"]["uv"]["compile-bytecode"] is True
+    for text in (ours, handout_pyproject(ours, assignment)):
+        assert "compile-bytecode" not in tomllib.loads(text)["tool"]["uv"]
     assert "uv sync --frozen --no-dev --compile-bytecode" in bundle.SETUP
+    assert "UV_COMPILE_BYTECODE=1" in (ROOT / ".ci" / "run").read_text()
+    for script in ("grade.sbatch", "merge.sbatch"):
+        text = (ROOT / "docs" / "cluster" / script).read_text()
+        assert "sync --frozen --compile-bytecode" in text and "run --frozen --no-sync" in text, script
 
 
 def test_handout_command_builds_and_checks_the_starter_repository(tmp_path):
