@@ -19,9 +19,11 @@ import stat
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import tracemalloc
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -100,6 +102,71 @@ def test_files_left_in_the_temporary_folders_are_gone_after_grading(assignment, 
     result, seconds = graded(assignment, worker, submission(tmp_path, code))
     assert scores(result) == pytest.approx(FULL)
     assert not [p for p in litter if os.path.exists(p)] and seconds < 60
+
+
+def mem_available() -> int:
+    """The machine's MemAvailable, in bytes (what /tmp on tmpfs takes away)."""
+    line = next(line for line in Path("/proc/meminfo").read_text().splitlines() if line.startswith("MemAvailable:"))
+    return int(line.split()[1]) << 10
+
+
+@contextlib.contextmanager
+def lowest_mem_available() -> Iterator[list[int]]:
+    """Yields [the lowest MemAvailable seen while inside], sampled every 20 ms."""
+    lowest, done = [mem_available()], threading.Event()
+
+    def sample() -> None:
+        while not done.wait(0.02):
+            lowest[0] = min(lowest[0], mem_available())
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        yield lowest
+    finally:
+        done.set()
+        sampler.join()
+
+
+FILL_TEMPORARY_FOLDERS = """
+import errno as _errno, os as _os
+
+_SEEN = {}
+for _folder in ("/tmp", "/var/tmp", "/dev/shm", "."):  # "." is the job's working folder
+    _SEEN[_folder] = None
+    for _n in range(64):  # up to 1 GiB in each, in files under the per-file limit
+        try:
+            with open(_os.path.join(_folder, f"fill-{_os.getpid()}-{_n}"), "wb") as _f:
+                for _ in range(2):
+                    _f.write(b"x" * (8 << 20))
+        except OSError as _err:
+            _SEEN[_folder] = _errno.errorcode.get(_err.errno, str(_err.errno))
+            break
+_reference_softmax = softmax
+
+
+def softmax(in_features, dim):
+    if not all(_seen in ("ENOSPC", "EFBIG") for _seen in _SEEN.values()):
+        raise RuntimeError(f"wrote on: {_SEEN}")
+    return _reference_softmax(in_features, dim)
+"""
+
+
+@needs_root
+def test_what_a_job_writes_to_its_temporary_folders_is_bounded_in_all(assignment, worker, tmp_path):
+    """4 GiB written to /tmp, /var/tmp, /dev/shm and the working folder (each memory-backed in the job's view):
+    the writes past 64 MiB in all fail with ENOSPC, the machine's free memory does not drop by much more,
+    and the submission is graded in full."""
+    limit_mb = 64
+    with Worker(worker.sandbox, Limits(case_seconds=20, tmp_mb=limit_mb)) as bounded:
+        bounded.ensure_server()
+        with lowest_mem_available() as lowest:
+            before = mem_available()
+            result, seconds = graded(assignment, bounded, submission(tmp_path, FILL_TEMPORARY_FOLDERS))
+        assert bounded.isolated  # the job's own namespaces hold the bound (see the README for the path without)
+    drop_mb = (before - lowest[0]) >> 20
+    assert drop_mb < limit_mb + 448 and seconds < 120, f"MemAvailable dropped by {drop_mb} MiB"
+    assert scores(result) == pytest.approx(FULL), outputs_of(result, SOFTMAX)[0]
 
 
 @needs_root

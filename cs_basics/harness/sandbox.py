@@ -135,16 +135,19 @@ def python_paths() -> list[str]:
     return sorted({os.path.realpath(p) for p in (sys.base_prefix, sys.prefix, sys.exec_prefix)})
 
 
-def bubblewrap_view(writable: list[str]) -> list[str]:
+def bubblewrap_view(writable: list[str], tmp_mb: int = 1) -> list[str]:
     """The filesystem the server sees: the system's programs and libraries, the Python environment
-    (read-only), fresh /proc, /dev and temporary folders, and `writable`; not /root, /home or /work."""
+    (read-only), fresh /proc, /dev and temporary folders (each of at most `tmp_mb`: the server writes
+    nothing there, a job with namespaces has its own), and `writable`; not /root, /home or /work."""
     args = ["--ro-bind", "/usr", "/usr", "--ro-bind", "/etc", "/etc"]
     for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
         if os.path.islink(top):
             args += ["--symlink", os.readlink(top), top]
         elif os.path.isdir(top):
             args += ["--ro-bind", top, top]
-    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/var/tmp", "--tmpfs", "/dev/shm"]
+    args += ["--proc", "/proc", "--dev", "/dev"]
+    for folder in LITTER:
+        args += ["--size", str(tmp_mb << 20), "--tmpfs", folder]
     for path in python_paths():
         if not path.startswith("/usr/"):
             args += ["--ro-bind", path, path]
@@ -238,7 +241,8 @@ class Server:
 
     def bubblewrap(self, command: list[str]) -> list[str]:
         sandbox = [shutil.which("bwrap"), "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-net"]
-        sandbox += ["--unshare-ipc", "--unshare-uts", *bubblewrap_view([str(self.root)]), "--chdir", str(self.root)]
+        view = bubblewrap_view([str(self.root)], self.limits.tmp_mb)
+        sandbox += ["--unshare-ipc", "--unshare-uts", *view, "--chdir", str(self.root)]
         if os.geteuid() != 0:  # an ordinary user: a user namespace, in which the server may make more
             sandbox += ["--unshare-user", "--uid", "0", "--gid", "0", "--cap-add", "ALL"]
         return [*sandbox, "--", *command]
