@@ -33,13 +33,18 @@ from cs_basics.harness.grading import GradingError, grade
 from cs_basics.harness.limits import Limits
 from cs_basics.harness.results import results_json
 from cs_basics.harness.sandbox import (
+    LEASE_PREFIX,
     UID_BASE,
     UID_COUNT,
+    UIDS_ENV,
+    StaffError,
     Worker,
     bubblewrap_runs,
+    lease_uid,
     process_uids,
     processes_of,
     remove_litter,
+    take_lease,
 )
 
 from .submissions import ROOT, outputs_of, scores, submission, wrap_attention
@@ -369,6 +374,68 @@ def killed_mid_case(tmp_path, sandbox, kill):
         assert any(f"not run: grading was stopped ({kill.name})" in t["output"] for t in data["tests"])
     else:
         assert data["score"] == 0 and "grading did not finish" in data["output"]
+
+
+# ---------------------------------------------------------------- many graders on one machine
+
+SLOW_ATTENTION = wrap_attention("import time\ntime.sleep(0.3)")  # correct, and 7 s of jobs in all
+GRADERS, UIDS = 4, 3  # more graders than uids: without leases, two of them take the same uid at once
+
+
+@needs_root
+def test_graders_started_at_once_never_share_a_job_uid(tmp_path):
+    """Four graders of two slow correct submissions each, started at once with the jobs' uids narrowed to
+    three: each worker leases its uid for its life (one waits for a lease), so every submission gets full
+    marks. Without leases two graders share a uid, and one's sweep (`kill -9 -1` as the uid after each
+    job) kills the other's running job."""
+    last = UID_BASE + UID_COUNT - 1
+    env = os.environ | {UIDS_ENV: f"{last - UIDS + 1}-{last}"}
+    graders = []
+    for i in range(GRADERS):
+        course = tmp_path / f"course-{i}"
+        for name in ("alice", "bob"):
+            submission(course, SLOW_ATTENTION, name=name)
+        command = [sys.executable, "-m", "cs_basics.cli", "grade", "--submission", str(course), "--workers", "1"]
+        command += ["--results", str(tmp_path / f"results-{i}")]
+        graders.append(subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+    try:
+        said = [grader.communicate(timeout=500)[0].decode(errors="replace") for grader in graders]
+    finally:
+        for grader in graders:
+            grader.kill()
+    assert [grader.returncode for grader in graders] == [0] * GRADERS, said
+    results = [json.loads(path.read_text()) for path in sorted(tmp_path.glob("results-*/*.json"))]
+    uids = {data["extra_data"]["cs_basics"]["sandbox"]["uid"] for data in results}
+    assert len(results) == 2 * GRADERS and uids <= set(range(last - UIDS + 1, last + 1))
+    killed = [t["output"] for data in results for t in data["tests"] if t["status"] != "passed"]
+    assert [data["score"] for data in results] == [6.0] * 2 * GRADERS, killed[:3]
+
+
+def test_a_leased_uid_is_taken_by_no_one_else_until_its_holder_lets_go_or_dies(monkeypatch):
+    """The lease is an abstract socket: no file, held by one process at a time, freed by the kernel on death."""
+    uid = UID_BASE + UID_COUNT - 1
+    monkeypatch.setenv(UIDS_ENV, str(uid))
+    taken, lease = lease_uid()
+    assert taken == uid and take_lease(uid) is None
+    lease.close()
+    holder = f"""
+import socket, time
+lease = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+lease.bind(b"\\0{LEASE_PREFIX}{uid}")
+print("held", flush=True)
+time.sleep(60)
+"""
+    other = subprocess.Popen([sys.executable, "-c", holder], stdout=subprocess.PIPE)
+    try:
+        assert other.stdout.readline() == b"held\n"
+        with pytest.raises(StaffError, match=f"every uid from {uid} to {uid} is leased"):
+            lease_uid(wait=0.5)
+    finally:
+        other.kill()
+        other.wait()
+    taken, lease = lease_uid(wait=5)
+    lease.close()
+    assert taken == uid
 
 
 # ---------------------------------------------------------------- defaults, shown once

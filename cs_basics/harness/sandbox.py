@@ -15,6 +15,7 @@ hangs or kills the interpreter fails alone: a fresh child takes the remaining ca
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import random
@@ -44,6 +45,9 @@ HERE = Path(__file__).resolve().parent
 SERVER_FILES = ("zygote.py", "child.py")
 SANDBOX_ENV = "CS_BASICS_SANDBOX"  # "bubblewrap", "fallback", or unset: bubblewrap where it runs
 UID_BASE, UID_COUNT = 61000, 4000  # the jobs' uids when the grader is root: no login, one per worker
+UIDS_ENV = "CS_BASICS_JOB_UIDS"  # "FIRST-LAST": another range of jobs' uids (the tests narrow it to force collisions)
+LEASE_PREFIX = "cs-basics-uid-"  # a worker's uid is leased by binding the abstract Unix socket of this name + uid
+LEASE_WAIT_SECONDS = 600.0  # how long a worker waits for a uid when other workers hold every one
 OUTPUT_FILE_LIMIT = 16 << 20  # the largest outputs file read back
 LITTER = ("/tmp", "/var/tmp", "/dev/shm")  # where a job without namespaces may leave files
 STOP = threading.Event()  # set when the grader is told to stop (SIGTERM, SIGINT, SIGHUP)
@@ -175,15 +179,52 @@ def processes_of(uid: int) -> list[int]:
     return [pid for pid, owner in process_uids().items() if owner == uid]
 
 
-def free_uid() -> int:
-    """A uid in the jobs' range that no process has."""
-    busy = set(process_uids().values())
-    start = random.randrange(UID_COUNT)
-    for offset in range(UID_COUNT):
-        uid = UID_BASE + (start + offset) % UID_COUNT
-        if uid not in busy:
-            return uid
-    raise StaffError(f"every uid from {UID_BASE} to {UID_BASE + UID_COUNT - 1} is busy")
+def job_uid_range() -> range:
+    """The jobs' uids: 61000 to 64999, or the range $CS_BASICS_JOB_UIDS names ("FIRST-LAST")."""
+    text = os.environ.get(UIDS_ENV, "").strip()
+    if not text:
+        return range(UID_BASE, UID_BASE + UID_COUNT)
+    first, _, last = text.partition("-")
+    with contextlib.suppress(ValueError):
+        uids = range(int(first), int(last or first) + 1)
+        if uids and uids[0] > 0 and uids[-1] < 65534:
+            return uids
+    raise ValueError(f"${UIDS_ENV} is {text!r}; it must be FIRST-LAST, uids from 1 to 65533 that no user logs in as")
+
+
+def take_lease(uid: int) -> socket.socket | None:
+    """The lease on `uid`: an abstract Unix socket bound to its name, which no other process on the machine
+    (in this network namespace) can bind while we hold it, and which the kernel frees when we die; None if
+    another process holds it. No file is made."""
+    lease = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    try:
+        lease.bind(f"\0{LEASE_PREFIX}{uid}")
+    except OSError as err:
+        lease.close()
+        if err.errno == errno.EADDRINUSE:
+            return None
+        raise
+    return lease
+
+
+def lease_uid(wait: float = LEASE_WAIT_SECONDS) -> tuple[int, socket.socket]:
+    """A uid of the jobs' range, leased for as long as the returned socket stays open, that no process has;
+    waits (up to `wait` seconds) while other workers hold every one."""
+    uids = job_uid_range()
+    deadline = time.monotonic() + wait
+    while True:
+        busy = set(process_uids().values())
+        start = random.randrange(len(uids))
+        for offset in range(len(uids)):
+            uid = uids[(start + offset) % len(uids)]
+            lease = None if uid in busy else take_lease(uid)
+            if lease is not None and processes_of(uid):  # left by a grader that died: not ours to take yet
+                lease.close()
+            elif lease is not None:
+                return uid, lease
+        if time.monotonic() >= deadline or STOP.is_set():
+            raise StaffError(f"every uid from {uids[0]} to {uids[-1]} is leased by another worker or busy")
+        time.sleep(random.uniform(0.2, 0.5))
 
 
 def kill_uid(uid: int) -> None:
@@ -279,13 +320,14 @@ def server_env(root: Path) -> dict[str, str]:
 
 
 class Worker:
-    """A grading server and a uid of its own, reused for one submission after another."""
+    """A grading server and a uid of its own (leased for the worker's life, so that no other grader on the
+    machine takes it), reused for one submission after another."""
 
     def __init__(self, sandbox: str | None = None, limits: Limits | None = None, namespaces: bool = True):
         self.sandbox = choose_sandbox(sandbox)
         self.namespaces = namespaces  # False: as where the kernel refuses them (for tests of that case)
         self.limits = limits or Limits()
-        self.uid = free_uid() if os.geteuid() == 0 else None
+        self.uid, self.lease = lease_uid() if os.geteuid() == 0 else (None, None)
         self.root = Path(tempfile.mkdtemp(prefix="cs-basics-grade-"))
         self.root.chmod(0o711)  # the job's uid passes through to its own folder
         self.server: Server | None = None
@@ -379,6 +421,9 @@ class Worker:
             self.server = None
         if self.uid is not None:
             kill_uid(self.uid)
+        if self.lease is not None:  # only once nothing of its jobs is left: the next holder starts clean
+            self.lease.close()
+            self.lease = None
         shutil.rmtree(self.root, ignore_errors=True)
 
 
