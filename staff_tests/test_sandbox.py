@@ -10,6 +10,7 @@ root grader (the jobs' own uid, namespaces) run when the tests run as root, and 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import shutil
@@ -37,6 +38,7 @@ from cs_basics.harness.sandbox import (
     UID_BASE,
     UID_COUNT,
     UIDS_ENV,
+    Hoard,
     StaffError,
     Worker,
     bubblewrap_runs,
@@ -518,6 +520,49 @@ def test_without_namespaces_the_grader_deletes_what_the_jobs_uid_left(tmp_path):
     remove_litter(uid)
     assert litter.exists() and not (litter / "deep").exists()
     litter.rmdir()
+
+
+@needs_root
+def test_without_namespaces_the_grader_measures_what_the_jobs_uid_holds_in_the_temporary_folders():
+    """The bound where a job has no tmpfs of its own (the end-to-end path cannot run here: this machine's
+    Python is under /root, which a job's uid can enter only through its namespaces)."""
+    uid = UID_BASE + UID_COUNT - 2
+    hoard = Hoard(uid, limit_mb=8)
+    files = [Path(f"/dev/shm/cs-basics-hoard-{uuid.uuid4().hex}"), Path(tempfile.mkdtemp()) / "deep"]
+    try:
+        for path, size in zip(files, (6 << 20, 4 << 20), strict=True):
+            path.write_bytes(b"x" * size)
+            os.chown(path, uid, uid)
+        assert hoard.over() and not hoard.over()  # over the 8 MiB in all; measured again a second later
+        files[0].unlink()
+        hoard.due = 0.0
+        assert not hoard.over()
+    finally:
+        remove_litter(uid)
+        files[1].parent.rmdir()
+    assert not any(path.exists() for path in files)
+
+
+@needs_root
+def test_a_job_whose_uid_holds_too_much_in_temporary_folders_fails_its_case(assignment, worker, tmp_path, monkeypatch):
+    """The watch on the uid, as where a job has no namespaces, run here on the one folder a job with namespaces
+    writes on the machine's /tmp (its outputs): the case that filled it fails, the cases after it are not run
+    (what it wrote stays until the submission ends), and grading ends with a verdict."""
+    hoard = functools.partial(Hoard, worker.uid, 16, (str(worker.root),))  # not all of this machine's busy /tmp
+    monkeypatch.setattr(worker, "watch_hoard", hoard)
+    fill = """
+    if Q.shape == (2, 10, 16):
+        import os, time
+        for _n in range(64):
+            with open(os.path.join(os.getcwd(), "..", "out", f"fill-{_n}"), "wb") as _f:
+                _f.write(b"x" * (8 << 20))
+            time.sleep(0.1)
+    """
+    result, seconds = graded(assignment, worker, submission(tmp_path, wrap_attention(fill)))
+    ran = [t.output for t in result.tests if t.case.id == "scaled_dot_product_attention-causal_mask"]
+    assert ran and "your code wrote over 16 MiB to /tmp" in ran[0] and seconds < 60
+    after = [t for t in result.tests if "not run: your code wrote over 16 MiB" in t.output]
+    assert after and not any(t.passed for t in after) and result.score > 0
 
 
 # ---------------------------------------------------------------- a grader that is not root

@@ -238,15 +238,42 @@ def kill_uid(uid: int) -> None:
         time.sleep(0.01)
 
 
-def remove_litter(uid: int) -> None:
-    """Files a job without namespaces of its own left in the shared temporary folders."""
-    for top in LITTER:
+def owned_by(uid: int, folders: tuple[str, ...] = LITTER) -> Iterator[tuple[str, os.stat_result]]:
+    """What `uid` owns in `folders` (the shared temporary folders), deepest first."""
+    for top in folders:
         for folder, dirs, files in os.walk(top, topdown=False):
             for name in [*files, *dirs]:
                 path = os.path.join(folder, name)
                 with contextlib.suppress(OSError):
-                    if os.lstat(path).st_uid == uid:
-                        shutil.rmtree(path) if os.path.isdir(path) and not os.path.islink(path) else os.unlink(path)
+                    found = os.lstat(path)
+                    if found.st_uid == uid:
+                        yield path, found
+
+
+def remove_litter(uid: int) -> None:
+    """Files a job without namespaces of its own left in the shared temporary folders."""
+    for path, found in owned_by(uid):
+        with contextlib.suppress(OSError):
+            shutil.rmtree(path) if stat.S_ISDIR(found.st_mode) else os.unlink(path)
+
+
+class Hoard:
+    """Where a job has no namespaces (so no bounded temporary folders of its own): what its uid holds in the
+    shared ones, measured by walking them, at most every second and a fifth of the time. No kernel limit by
+    uid exists for a tmpfs mounted without quotas, so this is after the fact: a fast writer gets past the
+    limit before the walk sees it, and a file deleted but held open is not seen."""
+
+    def __init__(self, uid: int, limit_mb: int, folders: tuple[str, ...] = LITTER):
+        self.uid, self.limit, self.folders = uid, limit_mb << 20, folders
+        self.due = 0.0
+
+    def over(self) -> bool:
+        start = time.monotonic()
+        if start < self.due:
+            return False
+        held = sum(found.st_blocks * 512 for _, found in owned_by(self.uid, self.folders))
+        self.due = start + max(1.0, 5 * (time.monotonic() - start))
+        return held > self.limit
 
 
 # ---------------------------------------------------------------- the grading server
@@ -406,6 +433,10 @@ class Worker:
             with contextlib.suppress(OSError):
                 self.server.send({"op": "kill", "id": job_id})
 
+    def watch_hoard(self) -> Hoard | None:
+        """Where the jobs have no namespaces, so no bounded temporary folders of their own: a watch on their uid."""
+        return Hoard(self.uid, self.limits.tmp_mb) if self.uid is not None and not self.isolated else None
+
     def clean_up(self, folder: Path) -> None:
         """After a submission: nothing of it left running or lying around."""
         self.end_processes()
@@ -445,13 +476,16 @@ class Attempt:
         self.fds = {progress_r: "progress", output_r: "output"}
         self.lines = Lines(worker.limits.progress_line_kb << 10, worker.limits.progress_mb << 20)
         self.how: str | None = None  # set once the job's process has ended
+        self.hoard = worker.watch_hoard()
+        self.hoarded = False  # its uid held more than tmp_mb in the shared temporary folders
 
     def events(self, deadline: Callable[[], float]) -> Iterator[dict | None]:
         """The child's events; None when `deadline()` passes or the grader is told to stop. Ends when
         the job's process has ended and what it wrote is read."""
         while True:
             wait = min(deadline() - time.monotonic(), 0.25) if self.how is None else 0
-            if STOP.is_set() or (self.how is None and deadline() <= time.monotonic()):
+            self.hoarded = self.hoarded or bool(self.hoard and self.how is None and self.hoard.over())
+            if STOP.is_set() or self.hoarded or (self.how is None and deadline() <= time.monotonic()):
                 yield None
                 continue
             ready, _, _ = select.select([*self.fds, self.server.sock] if self.how is None else list(self.fds), [], [],
@@ -508,6 +542,8 @@ def run_once(worker: Worker, job: dict, cases: list[str], state: RunState) -> tu
     remaining = list(cases)
     try:
         for event in attempt.events(lambda: deadline):  # noqa: B023 (late binding wanted: the deadline moves)
+            if event is None and attempt.hoarded:
+                return state.hoarded(remaining, current, attempt.hoard.limit >> 20)
             if event is None:  # a limit passed, or the grader is stopping
                 return state.out_of_time(remaining, current, started)
             kind, case = event.get("event"), event.get("case")
@@ -568,6 +604,17 @@ class RunState:
         else:
             error = f"your code raised {event.get('message')}\n{event.get('traceback', '')}"
             self.runs[case] = CaseRun(error=error, seconds=seconds, record=record)
+
+    def hoarded(self, remaining: list[str], current: str | None, limit_mb: int) -> tuple[list[str], bool]:
+        """The job's uid held more than `limit_mb` in the shared temporary folders, where what it wrote stays
+        until the submission's end: its case fails, and no other case runs."""
+        why = f"your code wrote over {limit_mb} MiB to /tmp, /var/tmp and /dev/shm"
+        if current is None:  # while importing
+            self.fail(remaining, why)
+            return [], False
+        self.fail([current], why)
+        self.fail([case for case in remaining if case != current], f"not run: {why} during case {current}")
+        return [], False
 
     def out_of_time(self, remaining: list[str], current: str | None, started: float) -> tuple[list[str], bool]:
         """Mark what a passed limit (or a stop) cost; return the cases a fresh child may still take."""
