@@ -222,7 +222,9 @@ def lease_uid(wait: float = LEASE_WAIT_SECONDS) -> tuple[int, socket.socket]:
                 lease.close()
             elif lease is not None:
                 return uid, lease
-        if time.monotonic() >= deadline or STOP.is_set():
+        if STOP.is_set():
+            raise StaffError(f"grading was stopped ({stop_reason()}) while waiting for a job uid")
+        if time.monotonic() >= deadline:
             raise StaffError(f"every uid from {uids[0]} to {uids[-1]} is leased by another worker or busy")
         time.sleep(random.uniform(0.2, 0.5))
 

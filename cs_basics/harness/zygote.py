@@ -8,9 +8,10 @@ to the grader over a SOCK_SEQPACKET socket, one JSON message each way:
 - server -> grader: {"ready": ...}, {"started": N}, {"ended": N, "how": "exited with status 0"}.
 
 Each job's child (`run_child`) cuts itself off before any student code runs:
-- as root, new mount, network, IPC and PID namespaces: fresh tmpfs over /tmp, /var/tmp and
-  /dev/shm (its job folder bound back), the course repository hidden, folders on the way to the
-  Python environment that its uid could not enter replaced by ones it can, only loopback, and
+- as root, new mount, network, IPC and PID namespaces: /tmp, /var/tmp, /dev/shm and its working
+  folder fresh, on one tmpfs of at most tmp_mb (its job folder bound back), the course repository
+  hidden, folders on the way to the Python environment that its uid could not enter replaced by
+  ones it can, only loopback, and
   the student's process as the child of the namespace's first process, so that all of it ends
   with the job; where the kernel refuses namespaces, none of these;
 - resource limits, then its own uid (as root), then the parent-death signal again (a uid change
