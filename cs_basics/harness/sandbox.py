@@ -124,6 +124,15 @@ def bubblewrap_runs() -> bool:
     return False
 
 
+@cache
+def bubblewrap_sizes_tmpfs() -> bool:
+    """Whether this bubblewrap has `--size` for `--tmpfs` (0.7.0 and later; Ubuntu 22.04 ships 0.6.1)."""
+    with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+        shown = subprocess.run([shutil.which("bwrap") or "bwrap", "--help"], capture_output=True, timeout=30)
+        return b"--size" in shown.stdout + shown.stderr
+    return False
+
+
 def choose_sandbox(requested: str | None = None) -> str:
     """ "bubblewrap" where it runs, else "fallback"; $CS_BASICS_SANDBOX or `requested` may ask for either."""
     name = requested or os.environ.get(SANDBOX_ENV) or ("bubblewrap" if bubblewrap_runs() else "fallback")
@@ -151,7 +160,7 @@ def bubblewrap_view(writable: list[str], tmp_mb: int = 1) -> list[str]:
             args += ["--ro-bind", top, top]
     args += ["--proc", "/proc", "--dev", "/dev"]
     for folder in LITTER:
-        args += ["--size", str(tmp_mb << 20), "--tmpfs", folder]
+        args += ["--size", str(tmp_mb << 20), "--tmpfs", folder] if bubblewrap_sizes_tmpfs() else ["--tmpfs", folder]
     for path in python_paths():
         if not path.startswith("/usr/"):
             args += ["--ro-bind", path, path]
