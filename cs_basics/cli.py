@@ -119,6 +119,12 @@ def add_grade_options(parser: argparse.ArgumentParser) -> None:
         help="where the submission's code runs (default $CS_BASICS_SANDBOX, else bubblewrap where it runs)",
     )
     parser.add_argument("--memory-mb", type=int, default=4096, help="memory limit of the student's process, 0: none")
+    parser.add_argument(
+        "--tmp-mb",
+        type=positive,
+        default=defaults.tmp_mb,
+        help="what the job's /tmp, /var/tmp, /dev/shm and working folder may hold together (default %(default)s)",
+    )
     parser.add_argument("--quiet", action="store_true", help="no table, just the total")
 
 

@@ -259,7 +259,14 @@ def edit(path: Path, old: str, new: str) -> None:
     path.write_text(text.replace(old, new, 1))
 
 
-SETTINGS = {"device": "cpu", "case_seconds": 60.0, "total_seconds": 900.0, "timeouts_per_problem": 2, "memory_mb": 4096}
+SETTINGS = {
+    "device": "cpu",
+    "case_seconds": 60.0,
+    "total_seconds": 900.0,
+    "timeouts_per_problem": 2,
+    "memory_mb": 4096,
+    "tmp_mb": 512,
+}
 
 
 @pytest.mark.parametrize(

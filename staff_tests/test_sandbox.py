@@ -10,6 +10,7 @@ root grader (the jobs' own uid, namespaces) run when the tests run as root, and 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import shutil
@@ -19,9 +20,11 @@ import stat
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import tracemalloc
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -31,13 +34,19 @@ from cs_basics.harness.grading import GradingError, grade
 from cs_basics.harness.limits import Limits
 from cs_basics.harness.results import results_json
 from cs_basics.harness.sandbox import (
+    LEASE_PREFIX,
     UID_BASE,
     UID_COUNT,
+    UIDS_ENV,
+    Hoard,
+    StaffError,
     Worker,
     bubblewrap_runs,
+    lease_uid,
     process_uids,
     processes_of,
     remove_litter,
+    take_lease,
 )
 
 from .submissions import ROOT, outputs_of, scores, submission, wrap_attention
@@ -100,6 +109,71 @@ def test_files_left_in_the_temporary_folders_are_gone_after_grading(assignment, 
     result, seconds = graded(assignment, worker, submission(tmp_path, code))
     assert scores(result) == pytest.approx(FULL)
     assert not [p for p in litter if os.path.exists(p)] and seconds < 60
+
+
+def mem_available() -> int:
+    """The machine's MemAvailable, in bytes (what /tmp on tmpfs takes away)."""
+    line = next(line for line in Path("/proc/meminfo").read_text().splitlines() if line.startswith("MemAvailable:"))
+    return int(line.split()[1]) << 10
+
+
+@contextlib.contextmanager
+def lowest_mem_available() -> Iterator[list[int]]:
+    """Yields [the lowest MemAvailable seen while inside], sampled every 20 ms."""
+    lowest, done = [mem_available()], threading.Event()
+
+    def sample() -> None:
+        while not done.wait(0.02):
+            lowest[0] = min(lowest[0], mem_available())
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        yield lowest
+    finally:
+        done.set()
+        sampler.join()
+
+
+FILL_TEMPORARY_FOLDERS = """
+import errno as _errno, os as _os
+
+_SEEN = {}
+for _folder in ("/tmp", "/var/tmp", "/dev/shm", "."):  # "." is the job's working folder
+    _SEEN[_folder] = None
+    for _n in range(64):  # up to 1 GiB in each, in files under the per-file limit
+        try:
+            with open(_os.path.join(_folder, f"fill-{_os.getpid()}-{_n}"), "wb") as _f:
+                for _ in range(2):
+                    _f.write(b"x" * (8 << 20))
+        except OSError as _err:
+            _SEEN[_folder] = _errno.errorcode.get(_err.errno, str(_err.errno))
+            break
+_reference_softmax = softmax
+
+
+def softmax(in_features, dim):
+    if not all(_seen in ("ENOSPC", "EFBIG") for _seen in _SEEN.values()):
+        raise RuntimeError(f"wrote on: {_SEEN}")
+    return _reference_softmax(in_features, dim)
+"""
+
+
+@needs_root
+def test_what_a_job_writes_to_its_temporary_folders_is_bounded_in_all(assignment, worker, tmp_path):
+    """4 GiB written to /tmp, /var/tmp, /dev/shm and the working folder (each memory-backed in the job's view):
+    the writes past 64 MiB in all fail with ENOSPC, the machine's free memory does not drop by much more,
+    and the submission is graded in full."""
+    limit_mb = 64
+    with Worker(worker.sandbox, Limits(case_seconds=20, tmp_mb=limit_mb)) as bounded:
+        bounded.ensure_server()
+        with lowest_mem_available() as lowest:
+            before = mem_available()
+            result, seconds = graded(assignment, bounded, submission(tmp_path, FILL_TEMPORARY_FOLDERS))
+        assert bounded.isolated  # the job's own namespaces hold the bound (see the README for the path without)
+    drop_mb = (before - lowest[0]) >> 20
+    assert drop_mb < limit_mb + 448 and seconds < 120, f"MemAvailable dropped by {drop_mb} MiB"
+    assert scores(result) == pytest.approx(FULL), outputs_of(result, SOFTMAX)[0]
 
 
 @needs_root
@@ -304,6 +378,68 @@ def killed_mid_case(tmp_path, sandbox, kill):
         assert data["score"] == 0 and "grading did not finish" in data["output"]
 
 
+# ---------------------------------------------------------------- many graders on one machine
+
+SLOW_ATTENTION = wrap_attention("import time\ntime.sleep(0.3)")  # correct, and 7 s of jobs in all
+GRADERS, UIDS = 4, 3  # more graders than uids: without leases, two of them take the same uid at once
+
+
+@needs_root
+def test_graders_started_at_once_never_share_a_job_uid(tmp_path):
+    """Four graders of two slow correct submissions each, started at once with the jobs' uids narrowed to
+    three: each worker leases its uid for its life (one waits for a lease), so every submission gets full
+    marks. Without leases two graders share a uid, and one's sweep (`kill -9 -1` as the uid after each
+    job) kills the other's running job."""
+    last = UID_BASE + UID_COUNT - 1
+    env = os.environ | {UIDS_ENV: f"{last - UIDS + 1}-{last}"}
+    graders = []
+    for i in range(GRADERS):
+        course = tmp_path / f"course-{i}"
+        for name in ("alice", "bob"):
+            submission(course, SLOW_ATTENTION, name=name)
+        command = [sys.executable, "-m", "cs_basics.cli", "grade", "--submission", str(course), "--workers", "1"]
+        command += ["--results", str(tmp_path / f"results-{i}")]
+        graders.append(subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+    try:
+        said = [grader.communicate(timeout=500)[0].decode(errors="replace") for grader in graders]
+    finally:
+        for grader in graders:
+            grader.kill()
+    assert [grader.returncode for grader in graders] == [0] * GRADERS, said
+    results = [json.loads(path.read_text()) for path in sorted(tmp_path.glob("results-*/*.json"))]
+    uids = {data["extra_data"]["cs_basics"]["sandbox"]["uid"] for data in results}
+    assert len(results) == 2 * GRADERS and uids <= set(range(last - UIDS + 1, last + 1))
+    killed = [t["output"] for data in results for t in data["tests"] if t["status"] != "passed"]
+    assert [data["score"] for data in results] == [6.0] * 2 * GRADERS, killed[:3]
+
+
+def test_a_leased_uid_is_taken_by_no_one_else_until_its_holder_lets_go_or_dies(monkeypatch):
+    """The lease is an abstract socket: no file, held by one process at a time, freed by the kernel on death."""
+    uid = UID_BASE + UID_COUNT - 1
+    monkeypatch.setenv(UIDS_ENV, str(uid))
+    taken, lease = lease_uid()
+    assert taken == uid and take_lease(uid) is None
+    lease.close()
+    holder = f"""
+import socket, time
+lease = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+lease.bind(b"\\0{LEASE_PREFIX}{uid}")
+print("held", flush=True)
+time.sleep(60)
+"""
+    other = subprocess.Popen([sys.executable, "-c", holder], stdout=subprocess.PIPE)
+    try:
+        assert other.stdout.readline() == b"held\n"
+        with pytest.raises(StaffError, match=f"every uid from {uid} to {uid} is leased"):
+            lease_uid(wait=0.5)
+    finally:
+        other.kill()
+        other.wait()
+    taken, lease = lease_uid(wait=5)
+    lease.close()
+    assert taken == uid
+
+
 # ---------------------------------------------------------------- defaults, shown once
 
 
@@ -384,6 +520,49 @@ def test_without_namespaces_the_grader_deletes_what_the_jobs_uid_left(tmp_path):
     remove_litter(uid)
     assert litter.exists() and not (litter / "deep").exists()
     litter.rmdir()
+
+
+@needs_root
+def test_without_namespaces_the_grader_measures_what_the_jobs_uid_holds_in_the_temporary_folders():
+    """The bound where a job has no tmpfs of its own (the end-to-end path cannot run here: this machine's
+    Python is under /root, which a job's uid can enter only through its namespaces)."""
+    uid = UID_BASE + UID_COUNT - 2
+    hoard = Hoard(uid, limit_mb=8)
+    files = [Path(f"/dev/shm/cs-basics-hoard-{uuid.uuid4().hex}"), Path(tempfile.mkdtemp()) / "deep"]
+    try:
+        for path, size in zip(files, (6 << 20, 4 << 20), strict=True):
+            path.write_bytes(b"x" * size)
+            os.chown(path, uid, uid)
+        assert hoard.over() and not hoard.over()  # over the 8 MiB in all; measured again a second later
+        files[0].unlink()
+        hoard.due = 0.0
+        assert not hoard.over()
+    finally:
+        remove_litter(uid)
+        files[1].parent.rmdir()
+    assert not any(path.exists() for path in files)
+
+
+@needs_root
+def test_a_job_whose_uid_holds_too_much_in_temporary_folders_fails_its_case(assignment, worker, tmp_path, monkeypatch):
+    """The watch on the uid, as where a job has no namespaces, run here on the one folder a job with namespaces
+    writes on the machine's /tmp (its outputs): the case that filled it fails, the cases after it are not run
+    (what it wrote stays until the submission ends), and grading ends with a verdict."""
+    hoard = functools.partial(Hoard, worker.uid, 16, (str(worker.root),))  # not all of this machine's busy /tmp
+    monkeypatch.setattr(worker, "watch_hoard", hoard)
+    fill = """
+    if Q.shape == (2, 10, 16):
+        import os, time
+        for _n in range(64):
+            with open(os.path.join(os.getcwd(), "..", "out", f"fill-{_n}"), "wb") as _f:
+                _f.write(b"x" * (8 << 20))
+            time.sleep(0.1)
+    """
+    result, seconds = graded(assignment, worker, submission(tmp_path, wrap_attention(fill)))
+    ran = [t.output for t in result.tests if t.case.id == "scaled_dot_product_attention-causal_mask"]
+    assert ran and "your code wrote over 16 MiB to /tmp" in ran[0] and seconds < 60
+    after = [t for t in result.tests if "not run: your code wrote over 16 MiB" in t.output]
+    assert after and not any(t.passed for t in after) and result.score > 0
 
 
 # ---------------------------------------------------------------- a grader that is not root

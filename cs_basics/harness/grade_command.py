@@ -32,6 +32,7 @@ def limits_from(args: argparse.Namespace) -> Limits:
         case_seconds=args.case_seconds,
         total_seconds=args.total_seconds,
         memory_mb=args.memory_mb,
+        tmp_mb=args.tmp_mb,
         timeouts_per_problem=args.timeouts_per_problem,
     )
 

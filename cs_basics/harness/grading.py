@@ -137,7 +137,12 @@ def job_settings(assignment: Assignment, folder: Path, device: torch.device, wor
         "dir": str(folder),
         "uid": worker.uid,
         "namespaces": worker.isolated,
-        "limits": {"memory_mb": limits.memory_mb, "file_mb": limits.file_mb, "processes": limits.processes},
+        "limits": {
+            "memory_mb": limits.memory_mb,
+            "file_mb": limits.file_mb,
+            "tmp_mb": limits.tmp_mb,
+            "processes": limits.processes,
+        },
         "python": python_paths(),
         "hide": [str(assignment.root), *worker.hide],
         "repo": str(assignment.root),

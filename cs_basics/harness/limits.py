@@ -13,6 +13,7 @@ class Limits:
     timeouts_per_problem: int = 2  # after this many cases of a problem ran out of time, its other cases are not run
     memory_mb: int = 4096  # RLIMIT_DATA: torch imports in well under 1 GiB
     file_mb: int = 64  # the largest file the child may write
+    tmp_mb: int = 512  # what the job's /tmp, /var/tmp, /dev/shm and working folder hold together (memory)
     output_kb: int = 64  # how much of the child's stdout and stderr is kept
     processes: int = 256  # RLIMIT_NPROC, when the child runs under its own uid
     progress_line_kb: int = 64  # a longer line on the progress pipe is dropped

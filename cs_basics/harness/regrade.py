@@ -115,7 +115,7 @@ def fingerprint(course: Mapping[str, str], assignment: Assignment, submission: P
 
 def settings_of(args) -> dict:
     """The grading options that can change a grade."""
-    names = ("device", "case_seconds", "total_seconds", "timeouts_per_problem", "memory_mb")
+    names = ("device", "case_seconds", "total_seconds", "timeouts_per_problem", "memory_mb", "tmp_mb")
     return {name: getattr(args, name, None) for name in names}
 
 

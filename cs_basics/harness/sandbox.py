@@ -15,6 +15,7 @@ hangs or kills the interpreter fails alone: a fresh child takes the remaining ca
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import random
@@ -44,6 +45,9 @@ HERE = Path(__file__).resolve().parent
 SERVER_FILES = ("zygote.py", "child.py")
 SANDBOX_ENV = "CS_BASICS_SANDBOX"  # "bubblewrap", "fallback", or unset: bubblewrap where it runs
 UID_BASE, UID_COUNT = 61000, 4000  # the jobs' uids when the grader is root: no login, one per worker
+UIDS_ENV = "CS_BASICS_JOB_UIDS"  # "FIRST-LAST": another range of jobs' uids (the tests narrow it to force collisions)
+LEASE_PREFIX = "cs-basics-uid-"  # a worker's uid is leased by binding the abstract Unix socket of this name + uid
+LEASE_WAIT_SECONDS = 600.0  # how long a worker waits for a uid when other workers hold every one
 OUTPUT_FILE_LIMIT = 16 << 20  # the largest outputs file read back
 LITTER = ("/tmp", "/var/tmp", "/dev/shm")  # where a job without namespaces may leave files
 STOP = threading.Event()  # set when the grader is told to stop (SIGTERM, SIGINT, SIGHUP)
@@ -120,6 +124,15 @@ def bubblewrap_runs() -> bool:
     return False
 
 
+@cache
+def bubblewrap_sizes_tmpfs() -> bool:
+    """Whether this bubblewrap has `--size` for `--tmpfs` (0.7.0 and later; Ubuntu 22.04 ships 0.6.1)."""
+    with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+        shown = subprocess.run([shutil.which("bwrap") or "bwrap", "--help"], capture_output=True, timeout=30)
+        return b"--size" in shown.stdout + shown.stderr
+    return False
+
+
 def choose_sandbox(requested: str | None = None) -> str:
     """ "bubblewrap" where it runs, else "fallback"; $CS_BASICS_SANDBOX or `requested` may ask for either."""
     name = requested or os.environ.get(SANDBOX_ENV) or ("bubblewrap" if bubblewrap_runs() else "fallback")
@@ -135,16 +148,19 @@ def python_paths() -> list[str]:
     return sorted({os.path.realpath(p) for p in (sys.base_prefix, sys.prefix, sys.exec_prefix)})
 
 
-def bubblewrap_view(writable: list[str]) -> list[str]:
+def bubblewrap_view(writable: list[str], tmp_mb: int = 1) -> list[str]:
     """The filesystem the server sees: the system's programs and libraries, the Python environment
-    (read-only), fresh /proc, /dev and temporary folders, and `writable`; not /root, /home or /work."""
+    (read-only), fresh /proc, /dev and temporary folders (each of at most `tmp_mb`: the server writes
+    nothing there, a job with namespaces has its own), and `writable`; not /root, /home or /work."""
     args = ["--ro-bind", "/usr", "/usr", "--ro-bind", "/etc", "/etc"]
     for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
         if os.path.islink(top):
             args += ["--symlink", os.readlink(top), top]
         elif os.path.isdir(top):
             args += ["--ro-bind", top, top]
-    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/var/tmp", "--tmpfs", "/dev/shm"]
+    args += ["--proc", "/proc", "--dev", "/dev"]
+    for folder in LITTER:
+        args += ["--size", str(tmp_mb << 20), "--tmpfs", folder] if bubblewrap_sizes_tmpfs() else ["--tmpfs", folder]
     for path in python_paths():
         if not path.startswith("/usr/"):
             args += ["--ro-bind", path, path]
@@ -172,15 +188,54 @@ def processes_of(uid: int) -> list[int]:
     return [pid for pid, owner in process_uids().items() if owner == uid]
 
 
-def free_uid() -> int:
-    """A uid in the jobs' range that no process has."""
-    busy = set(process_uids().values())
-    start = random.randrange(UID_COUNT)
-    for offset in range(UID_COUNT):
-        uid = UID_BASE + (start + offset) % UID_COUNT
-        if uid not in busy:
-            return uid
-    raise StaffError(f"every uid from {UID_BASE} to {UID_BASE + UID_COUNT - 1} is busy")
+def job_uid_range() -> range:
+    """The jobs' uids: 61000 to 64999, or the range $CS_BASICS_JOB_UIDS names ("FIRST-LAST")."""
+    text = os.environ.get(UIDS_ENV, "").strip()
+    if not text:
+        return range(UID_BASE, UID_BASE + UID_COUNT)
+    first, _, last = text.partition("-")
+    with contextlib.suppress(ValueError):
+        uids = range(int(first), int(last or first) + 1)
+        if uids and uids[0] > 0 and uids[-1] < 65534:
+            return uids
+    raise ValueError(f"${UIDS_ENV} is {text!r}; it must be FIRST-LAST, uids from 1 to 65533 that no user logs in as")
+
+
+def take_lease(uid: int) -> socket.socket | None:
+    """The lease on `uid`: an abstract Unix socket bound to its name, which no other process on the machine
+    (in this network namespace) can bind while we hold it, and which the kernel frees when we die; None if
+    another process holds it. No file is made."""
+    lease = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    try:
+        lease.bind(f"\0{LEASE_PREFIX}{uid}")
+    except OSError as err:
+        lease.close()
+        if err.errno == errno.EADDRINUSE:
+            return None
+        raise
+    return lease
+
+
+def lease_uid(wait: float = LEASE_WAIT_SECONDS) -> tuple[int, socket.socket]:
+    """A uid of the jobs' range, leased for as long as the returned socket stays open, that no process has;
+    waits (up to `wait` seconds) while other workers hold every one."""
+    uids = job_uid_range()
+    deadline = time.monotonic() + wait
+    while True:
+        busy = set(process_uids().values())
+        start = random.randrange(len(uids))
+        for offset in range(len(uids)):
+            uid = uids[(start + offset) % len(uids)]
+            lease = None if uid in busy else take_lease(uid)
+            if lease is not None and processes_of(uid):  # left by a grader that died: not ours to take yet
+                lease.close()
+            elif lease is not None:
+                return uid, lease
+        if STOP.is_set():
+            raise StaffError(f"grading was stopped ({stop_reason()}) while waiting for a job uid")
+        if time.monotonic() >= deadline:
+            raise StaffError(f"every uid from {uids[0]} to {uids[-1]} is leased by another worker or busy")
+        time.sleep(random.uniform(0.2, 0.5))
 
 
 def kill_uid(uid: int) -> None:
@@ -194,15 +249,42 @@ def kill_uid(uid: int) -> None:
         time.sleep(0.01)
 
 
-def remove_litter(uid: int) -> None:
-    """Files a job without namespaces of its own left in the shared temporary folders."""
-    for top in LITTER:
+def owned_by(uid: int, folders: tuple[str, ...] = LITTER) -> Iterator[tuple[str, os.stat_result]]:
+    """What `uid` owns in `folders` (the shared temporary folders), deepest first."""
+    for top in folders:
         for folder, dirs, files in os.walk(top, topdown=False):
             for name in [*files, *dirs]:
                 path = os.path.join(folder, name)
                 with contextlib.suppress(OSError):
-                    if os.lstat(path).st_uid == uid:
-                        shutil.rmtree(path) if os.path.isdir(path) and not os.path.islink(path) else os.unlink(path)
+                    found = os.lstat(path)
+                    if found.st_uid == uid:
+                        yield path, found
+
+
+def remove_litter(uid: int) -> None:
+    """Files a job without namespaces of its own left in the shared temporary folders."""
+    for path, found in owned_by(uid):
+        with contextlib.suppress(OSError):
+            shutil.rmtree(path) if stat.S_ISDIR(found.st_mode) else os.unlink(path)
+
+
+class Hoard:
+    """Where a job has no namespaces (so no bounded temporary folders of its own): what its uid holds in the
+    shared ones, measured by walking them, at most every second and a fifth of the time. No kernel limit by
+    uid exists for a tmpfs mounted without quotas, so this is after the fact: a fast writer gets past the
+    limit before the walk sees it, and a file deleted but held open is not seen."""
+
+    def __init__(self, uid: int, limit_mb: int, folders: tuple[str, ...] = LITTER):
+        self.uid, self.limit, self.folders = uid, limit_mb << 20, folders
+        self.due = 0.0
+
+    def over(self) -> bool:
+        start = time.monotonic()
+        if start < self.due:
+            return False
+        held = sum(found.st_blocks * 512 for _, found in owned_by(self.uid, self.folders))
+        self.due = start + max(1.0, 5 * (time.monotonic() - start))
+        return held > self.limit
 
 
 # ---------------------------------------------------------------- the grading server
@@ -238,7 +320,8 @@ class Server:
 
     def bubblewrap(self, command: list[str]) -> list[str]:
         sandbox = [shutil.which("bwrap"), "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-net"]
-        sandbox += ["--unshare-ipc", "--unshare-uts", *bubblewrap_view([str(self.root)]), "--chdir", str(self.root)]
+        view = bubblewrap_view([str(self.root)], self.limits.tmp_mb)
+        sandbox += ["--unshare-ipc", "--unshare-uts", *view, "--chdir", str(self.root)]
         if os.geteuid() != 0:  # an ordinary user: a user namespace, in which the server may make more
             sandbox += ["--unshare-user", "--uid", "0", "--gid", "0", "--cap-add", "ALL"]
         return [*sandbox, "--", *command]
@@ -275,13 +358,14 @@ def server_env(root: Path) -> dict[str, str]:
 
 
 class Worker:
-    """A grading server and a uid of its own, reused for one submission after another."""
+    """A grading server and a uid of its own (leased for the worker's life, so that no other grader on the
+    machine takes it), reused for one submission after another."""
 
     def __init__(self, sandbox: str | None = None, limits: Limits | None = None, namespaces: bool = True):
         self.sandbox = choose_sandbox(sandbox)
         self.namespaces = namespaces  # False: as where the kernel refuses them (for tests of that case)
         self.limits = limits or Limits()
-        self.uid = free_uid() if os.geteuid() == 0 else None
+        self.uid, self.lease = lease_uid() if os.geteuid() == 0 else (None, None)
         self.root = Path(tempfile.mkdtemp(prefix="cs-basics-grade-"))
         self.root.chmod(0o711)  # the job's uid passes through to its own folder
         self.server: Server | None = None
@@ -360,6 +444,10 @@ class Worker:
             with contextlib.suppress(OSError):
                 self.server.send({"op": "kill", "id": job_id})
 
+    def watch_hoard(self) -> Hoard | None:
+        """Where the jobs have no namespaces, so no bounded temporary folders of their own: a watch on their uid."""
+        return Hoard(self.uid, self.limits.tmp_mb) if self.uid is not None and not self.isolated else None
+
     def clean_up(self, folder: Path) -> None:
         """After a submission: nothing of it left running or lying around."""
         self.end_processes()
@@ -375,6 +463,9 @@ class Worker:
             self.server = None
         if self.uid is not None:
             kill_uid(self.uid)
+        if self.lease is not None:  # only once nothing of its jobs is left: the next holder starts clean
+            self.lease.close()
+            self.lease = None
         shutil.rmtree(self.root, ignore_errors=True)
 
 
@@ -396,13 +487,16 @@ class Attempt:
         self.fds = {progress_r: "progress", output_r: "output"}
         self.lines = Lines(worker.limits.progress_line_kb << 10, worker.limits.progress_mb << 20)
         self.how: str | None = None  # set once the job's process has ended
+        self.hoard = worker.watch_hoard()
+        self.hoarded = False  # its uid held more than tmp_mb in the shared temporary folders
 
     def events(self, deadline: Callable[[], float]) -> Iterator[dict | None]:
         """The child's events; None when `deadline()` passes or the grader is told to stop. Ends when
         the job's process has ended and what it wrote is read."""
         while True:
             wait = min(deadline() - time.monotonic(), 0.25) if self.how is None else 0
-            if STOP.is_set() or (self.how is None and deadline() <= time.monotonic()):
+            self.hoarded = self.hoarded or bool(self.hoard and self.how is None and self.hoard.over())
+            if STOP.is_set() or self.hoarded or (self.how is None and deadline() <= time.monotonic()):
                 yield None
                 continue
             ready, _, _ = select.select([*self.fds, self.server.sock] if self.how is None else list(self.fds), [], [],
@@ -459,6 +553,8 @@ def run_once(worker: Worker, job: dict, cases: list[str], state: RunState) -> tu
     remaining = list(cases)
     try:
         for event in attempt.events(lambda: deadline):  # noqa: B023 (late binding wanted: the deadline moves)
+            if event is None and attempt.hoarded:
+                return state.hoarded(remaining, current, attempt.hoard.limit >> 20)
             if event is None:  # a limit passed, or the grader is stopping
                 return state.out_of_time(remaining, current, started)
             kind, case = event.get("event"), event.get("case")
@@ -519,6 +615,17 @@ class RunState:
         else:
             error = f"your code raised {event.get('message')}\n{event.get('traceback', '')}"
             self.runs[case] = CaseRun(error=error, seconds=seconds, record=record)
+
+    def hoarded(self, remaining: list[str], current: str | None, limit_mb: int) -> tuple[list[str], bool]:
+        """The job's uid held more than `limit_mb` in the shared temporary folders, where what it wrote stays
+        until the submission's end: its case fails, and no other case runs."""
+        why = f"your code wrote over {limit_mb} MiB to /tmp, /var/tmp and /dev/shm"
+        if current is None:  # while importing
+            self.fail(remaining, why)
+            return [], False
+        self.fail([current], why)
+        self.fail([case for case in remaining if case != current], f"not run: {why} during case {current}")
+        return [], False
 
     def out_of_time(self, remaining: list[str], current: str | None, started: float) -> tuple[list[str], bool]:
         """Mark what a passed limit (or a stop) cost; return the cases a fresh child may still take."""

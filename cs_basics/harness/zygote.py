@@ -8,9 +8,10 @@ to the grader over a SOCK_SEQPACKET socket, one JSON message each way:
 - server -> grader: {"ready": ...}, {"started": N}, {"ended": N, "how": "exited with status 0"}.
 
 Each job's child (`run_child`) cuts itself off before any student code runs:
-- as root, new mount, network, IPC and PID namespaces: fresh tmpfs over /tmp, /var/tmp and
-  /dev/shm (its job folder bound back), the course repository hidden, folders on the way to the
-  Python environment that its uid could not enter replaced by ones it can, only loopback, and
+- as root, new mount, network, IPC and PID namespaces: /tmp, /var/tmp, /dev/shm and its working
+  folder fresh, on one tmpfs of at most tmp_mb (its job folder bound back), the course repository
+  hidden, folders on the way to the Python environment that its uid could not enter replaced by
+  ones it can, only loopback, and
   the student's process as the child of the namespace's first process, so that all of it ends
   with the job; where the kernel refuses namespaces, none of these;
 - resource limits, then its own uid (as root), then the parent-death signal again (a uid change
@@ -40,7 +41,9 @@ MS_NOSUID, MS_NODEV, MS_BIND, MS_REC, MS_PRIVATE = 2, 4, 4096, 16384, 1 << 18
 MNT_DETACH = 2
 PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS, PR_SET_CHILD_SUBREAPER = 1, 38, 36
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 1
-STASH = "/dev/shm"  # mounted over first, to hold what the other mounts must keep, then made fresh
+STASH = "/dev/shm"  # mounted over first, to hold what the other mounts must keep, then covered by the job's own
+SCRATCH_FOLDERS = {"/tmp": "tmp", "/var/tmp": "var-tmp", "/dev/shm": "shm"}  # one bounded tmpfs holds them all
+SCRATCH_INODES = 1 << 16  # files the job may make in it: each costs kernel memory that its size does not count
 CHILD = []  # child.py, loaded once by the server (its folder is out of a job's view)
 
 
@@ -62,8 +65,13 @@ def umount(target: str) -> None:
     _check(libc.umount2(target.encode(), MNT_DETACH), f"umount {target}")
 
 
-def tmpfs(target: str, mode: str) -> None:
-    mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV, f"mode={mode}")
+def tmpfs(target: str, mode: str, size_mb: int | None = None) -> None:
+    bound = f",size={size_mb}m,nr_inodes={SCRATCH_INODES}" if size_mb else ""
+    mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV, f"mode={mode}{bound}")
+
+
+def bind(source: str, target: str) -> None:
+    mount(source, target, flags=MS_BIND | MS_REC)
 
 
 def set_death_signal(sig: int = signal.SIGKILL) -> None:
@@ -92,40 +100,57 @@ def blocked_ancestors(paths: list[str], uid: int) -> list[str]:
     return sorted({f for f in found if not any(f != g and Path(f).is_relative_to(g) for g in found)})
 
 
-def replace_folder(target: str, mode: str, keep: list[str], stash: str) -> None:
-    """A fresh tmpfs over `target`, with each path of `keep` (inside it) bound back where it was."""
+def replace_folder(target: str, keep: list[str], stash: str, fresh: str | None = None) -> None:
+    """A fresh folder over `target` (an empty root-only tmpfs, or the folder `fresh` bound there), with
+    each path of `keep` (inside it) bound back where it was."""
     inside = [k for k in keep if Path(k).is_relative_to(target) and Path(k) != Path(target)]
     held = []
     for i, path in enumerate(inside):
         spot = f"{stash}/{i}-{abs(hash((target, path)))}"
         os.mkdir(spot)
-        mount(path, spot, flags=MS_BIND | MS_REC)
+        bind(path, spot)
         held.append((spot, path))
-    tmpfs(target, mode)
+    bind(fresh, target) if fresh else tmpfs(target, "755")
     for spot, path in held:
         os.makedirs(path, mode=0o755, exist_ok=True)
-        mount(spot, path, flags=MS_BIND | MS_REC)
+        bind(spot, path)
         umount(spot)
         os.rmdir(spot)
 
 
+def make_scratch(job: dict, stash: str) -> str:
+    """The one tmpfs, of at most `tmp_mb`, that holds the job's temporary folders and its working folder."""
+    scratch = f"{stash}/scratch"
+    os.mkdir(scratch)
+    tmpfs(scratch, "755", job["limits"]["tmp_mb"])
+    for name in SCRATCH_FOLDERS.values():
+        os.mkdir(f"{scratch}/{name}")
+        os.chmod(f"{scratch}/{name}", 0o1777)
+    os.mkdir(f"{scratch}/work", 0o700)
+    if job.get("uid") is not None:
+        os.chown(f"{scratch}/work", job["uid"], job["uid"])
+    return scratch
+
+
 def build_view(job: dict) -> None:
-    """In the child's own mount namespace: private temporary folders, the repository hidden, the
-    Python environment reachable by the job's uid. Nothing of this reaches the rest of the machine."""
+    """In the child's own mount namespace: private temporary folders and working folder, which hold at
+    most `tmp_mb` together, the repository hidden, the Python environment reachable by the job's uid.
+    Nothing of this reaches the rest of the machine."""
     mount("", "/", flags=MS_REC | MS_PRIVATE)
     uid, keep = job.get("uid"), [*job["python"], job["dir"]]
     tmpfs(STASH, "700")
+    scratch = make_scratch(job, STASH)
     for folder in job.get("hide", []):  # the course's repository: the child needs none of it
         if os.path.isdir(folder):
-            replace_folder(folder, "755", keep, STASH)
+            replace_folder(folder, keep, STASH)
     if uid is not None:
         for folder in blocked_ancestors(keep, uid):
-            replace_folder(folder, "755", keep, STASH)
+            replace_folder(folder, keep, STASH)
     for folder in ("/tmp", "/var/tmp"):
         if os.path.isdir(folder):
-            replace_folder(folder, "1777", keep, STASH)
-    umount(STASH)
-    tmpfs("/dev/shm", "1777")
+            replace_folder(folder, keep, STASH, f"{scratch}/{SCRATCH_FOLDERS[folder]}")
+    bind(f"{scratch}/work", f"{job['dir']}/work")
+    bind(f"{scratch}/shm", STASH)  # over the stash, where only the scratch's mount point is left
 
 
 def enter_namespaces(job: dict) -> bool:
@@ -143,7 +168,7 @@ def limit(job: dict) -> None:
     if limits.get("memory_mb"):
         size = limits["memory_mb"] << 20
         resource.setrlimit(resource.RLIMIT_DATA, (size, size))
-    size = limits["file_mb"] << 20
+    size = min(limits["file_mb"], limits["tmp_mb"]) << 20  # without namespaces, all that bounds a file there
     resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     if job.get("uid") is not None:
