@@ -90,6 +90,17 @@ def test_bench_quick_writes_json_with_leaderboard_and_a_plot(tmp_path, capsys):
         "forward peak MiB at seq 64",
     ]
     assert all(e["order"] == "asc" and isinstance(e["value"], float) for e in board)
+    assert result["config"]["impl"] == "adapter" and result["measured"].startswith("yours (the attention behind")
+
+
+def test_bench_measures_the_study_kernel_when_asked_and_says_so(tmp_path, capsys):
+    args = ["bench", "--impl", "flash", "--seq", "32", "--batch", "1", "--heads", "2", "--head-dim", "8"]
+    assert main([*args, "--repeats", "1", "--no-memory", "--json", str(tmp_path / "b.json")]) == 0
+    assert "flash ms" in capsys.readouterr().out
+    result = json.loads((tmp_path / "b.json").read_text())
+    assert result["config"]["impl"] == "flash" and result["measured"].startswith("flash (the study kernel")
+    assert {r["impl"] for r in result["measurements"]} == {bench.FLASH, bench.TORCH}
+    assert result["leaderboard"][0]["name"] == "flash forward ms at seq 32"
 
 
 def test_cpu_peak_memory_is_measured_in_a_child():
@@ -115,6 +126,17 @@ def test_a_stub_gets_a_message_not_a_traceback(command, monkeypatch, tmp_path, c
         command = [*command, "--out", str(tmp_path)]
     assert main(command) == 1
     assert "raises NotImplementedError; write scaled_dot_product_attention" in capsys.readouterr().err
+
+
+def test_bench_of_an_unwritten_study_kernel_says_so(monkeypatch, capsys):
+    from cs_basics.study import flash
+
+    def stub(Q, K, V, mask=None):
+        raise NotImplementedError
+
+    monkeypatch.setattr(flash, "flash_attention", stub)
+    assert main(["bench", "--impl", "flash", "--seq", "16", "--no-memory"]) == 1
+    assert "cs_basics/study/flash.py (an extra) is not written yet" in capsys.readouterr().err
 
 
 def test_bench_rejects_a_length_below_one(capsys):

@@ -75,3 +75,17 @@ def test_output_keeps_dtype_and_inputs_stay_unchanged():
     copies = [t.clone() for t in args]
     assert scaled_dot_product_attention(*args).dtype == torch.float16
     assert all(torch.equal(a, c) for a, c in zip(args, copies, strict=True))
+
+
+def test_the_output_is_a_tensor_of_its_own_that_may_be_changed_in_place():
+    """Not a view of an input: changing it changes no input, and a backward pass through the change is right
+    (the plain formula keeps P and V for its backward pass, not its output)."""
+    q, k, v = (t.clone().requires_grad_() for t in (Q, K, V))
+    mask = torch.ones(4, 6, dtype=BOOL).tril()
+    expected = torch.autograd.grad(scaled_dot_product_attention(q, k, v, mask).sum(), (q, k, v))
+    out = scaled_dot_product_attention(q, k, v, mask)
+    assert out._base is None
+    out += 1.0
+    got = torch.autograd.grad(out.sum(), (q, k, v))
+    assert all(torch.equal(a, b) for a, b in zip(got, expected, strict=True))
+    assert all(torch.equal(a, b) for a, b in zip((q, k, v), (Q, K, V), strict=True))

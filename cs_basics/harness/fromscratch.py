@@ -42,6 +42,8 @@ def student_files(assignment: Assignment, code: Path) -> list[Path]:
 
 def describe_op(op: str) -> str:
     """What a student knows an operator as."""
+    if op.startswith("cs_basics.study"):
+        return "the course's study kernel (cs_basics/study), which is no answer: the grader runs its own copy"
     if "log_softmax" in op:
         return "torch's log-softmax (torch.log_softmax, F.log_softmax, Tensor.log_softmax, nn.LogSoftmax)"
     if "softmax" in op:

@@ -9,8 +9,10 @@ Solution regions are marked in the student's files:
         # END SOLUTION
 
 A region at the top level of a module (a helper of the solution) is removed whole, and so
-are the imports only the solution used. The hidden cases and the paths in `handout_exclude`
-are left out; `handout_readme` (a file in the repository) becomes the handout's README.md.
+are the imports only the solution used. The student's files are cut, and so is the study kernel
+(STUDY_SOLUTIONS: tooling, but a solution; writing it is an extra for students). The hidden
+cases and the paths in `handout_exclude` are left out; `handout_readme` (a file in the
+repository) becomes the handout's README.md.
 """
 
 from __future__ import annotations
@@ -31,6 +33,9 @@ from cs_basics.harness.config import Assignment
 from cs_basics.harness.grading import grade, student_files
 
 BEGIN, END = "# BEGIN SOLUTION", "# END SOLUTION"
+# tooling that computes an answer from scratch: its body is cut as the student's files are (the rule also
+# forbids graded code to use it, since the grader stages its own copy of the tooling)
+STUDY_SOLUTIONS = {Path("cs_basics/study/flash.py")}
 ALWAYS_LEFT_OUT = {".git", ".venv", "__pycache__", ".pytest_cache", ".ruff_cache", "results", "results.json"}
 
 
@@ -132,6 +137,7 @@ def build(assignment: Assignment, out: Path) -> list[str]:
     if out.exists():
         raise HandoutError(f"{out} already exists; choose a new folder")
     students = {p.relative_to(assignment.root) for p in student_files(assignment, assignment.root)}
+    students |= {p for p in STUDY_SOLUTIONS if (assignment.root / p).is_file()}
     removed: list[str] = []
     for rel in repository_files(assignment.root):
         if left_out(assignment, rel) or not (assignment.root / rel).is_file():
