@@ -47,6 +47,7 @@ UID_BASE, UID_COUNT = 61000, 4000  # the jobs' uids when the grader is root: no 
 OUTPUT_FILE_LIMIT = 16 << 20  # the largest outputs file read back
 LITTER = ("/tmp", "/var/tmp", "/dev/shm")  # where a job without namespaces may leave files
 STOP = threading.Event()  # set when the grader is told to stop (SIGTERM, SIGINT, SIGHUP)
+UNREPORTED = "your code's result for this case could not be reported (its message was too long?); the other cases ran"
 PASSED_ENV = ("CUDA_", "NVIDIA_", "LD_LIBRARY_PATH", "OMP_NUM_THREADS", "MKL_", "ATEN_CPU_CAPABILITY")
 
 
@@ -469,7 +470,11 @@ def run_once(worker: Worker, job: dict, cases: list[str], state: RunState) -> tu
                 return [], False
             if kind == "ready":
                 deadline = state.stop_at
-            elif kind == "start" and case in remaining:
+            elif kind in ("start", "finished") and current is not None:  # its report was lost (a line too long)
+                state.fail([current], UNREPORTED)
+                remaining.remove(current)
+                current = None
+            if kind == "start" and case in remaining:
                 current, started = case, time.monotonic()
                 deadline = min(started + limits.case_seconds, state.stop_at)
             elif kind in ("done", "error") and case == current:
