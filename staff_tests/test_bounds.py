@@ -142,3 +142,21 @@ def test_a_300_mb_exception_in_attention_leaves_softmax_its_points(assignment, w
     attention = [t["output"] for t in data["tests"] if t["tags"] == ["scaled_dot_product_attention"]]
     assert all("your code raised ValueError: xxx" in m and "characters cut" in m for m in attention), attention[0]
     assert all(len(m) < 20_000 for m in attention)
+
+
+def test_a_case_whose_report_is_lost_fails_alone(assignment, worker, tmp_path):
+    """The first attention case writes 100 KiB with no newline to the progress pipe, so the grader drops the
+    line that reports it: that case fails with a message saying so, every other case keeps its points."""
+    lose_report = """
+    import os
+    if not globals().get("_lost"):
+        globals()["_lost"] = True
+        for _fd in map(int, os.listdir("/proc/self/fd")):
+            if _fd > 2 and os.path.exists(f"/proc/self/fd/{_fd}") and "pipe" in os.readlink(f"/proc/self/fd/{_fd}"):
+                os.write(_fd, b"x" * (100 << 10))
+    """
+    folder = submission(tmp_path, wrap_attention(lose_report))
+    status, data, _ = graded(assignment, worker, folder, tmp_path / "results.json")
+    failed = [t for t in data["tests"] if t["status"] == "failed"]
+    assert status == 0 and len(failed) == 1 and failed[0]["tags"] == ["scaled_dot_product_attention"], failed
+    assert "could not be reported" in failed[0]["output"]
