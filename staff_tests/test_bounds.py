@@ -160,3 +160,20 @@ def test_a_case_whose_report_is_lost_fails_alone(assignment, worker, tmp_path):
     failed = [t for t in data["tests"] if t["status"] == "failed"]
     assert status == 0 and len(failed) == 1 and failed[0]["tags"] == ["scaled_dot_product_attention"], failed
     assert "could not be reported" in failed[0]["output"]
+
+
+def test_a_job_that_leaves_a_deep_folder_in_its_own_folder_is_cleaned_up(assignment, worker, tmp_path):
+    """What a job writes into its working folder is removed after it without recursing (shutil.rmtree does)."""
+    deep = """
+    import os
+    _fd = os.open(".", os.O_RDONLY)
+    for _ in range(3000):
+        os.mkdir("d", dir_fd=_fd)
+        _inner = os.open("d", os.O_RDONLY, dir_fd=_fd)
+        os.close(_fd)
+        _fd = _inner
+    os.close(_fd)
+    """
+    status, data, _ = graded(assignment, worker, submission(tmp_path, deep), tmp_path / "results.json")
+    assert status == 0 and by_problem(data) == pytest.approx(FULL), data["output"]
+    assert not list(worker.root.glob("jobs/*"))

@@ -195,15 +195,24 @@ def kill_uid(uid: int) -> None:
         time.sleep(0.01)
 
 
+def remove_tree(path: Path) -> None:
+    """shutil.rmtree, finished by `rm -rf` where a job left a folder deeper than its recursion reaches."""
+    try:
+        shutil.rmtree(path, ignore_errors=True)
+    except RecursionError:
+        subprocess.run(["rm", "-rf", "--one-file-system", "--", str(path)], capture_output=True)
+
+
 def remove_litter(uid: int) -> None:
     """Files a job without namespaces of its own left in the shared temporary folders."""
     for top in LITTER:
-        for folder, dirs, files in os.walk(top, topdown=False):
+        for folder, dirs, files in os.walk(top):  # top down: a folder of the job's goes whole, never walked
             for name in [*files, *dirs]:
                 path = os.path.join(folder, name)
                 with contextlib.suppress(OSError):
                     if os.lstat(path).st_uid == uid:
-                        shutil.rmtree(path) if os.path.isdir(path) and not os.path.islink(path) else os.unlink(path)
+                        remove_tree(Path(path)) if os.path.isdir(path) and not os.path.islink(path) else os.unlink(path)
+            dirs[:] = [d for d in dirs if os.path.isdir(os.path.join(folder, d))]
 
 
 # ---------------------------------------------------------------- the grading server
@@ -366,7 +375,7 @@ class Worker:
         self.end_processes()
         if self.uid is not None and not self.isolated:  # with namespaces its temporary folders went with it
             remove_litter(self.uid)
-        shutil.rmtree(folder, ignore_errors=True)
+        remove_tree(folder)
 
     def close(self) -> None:
         if self.uid is None:
@@ -376,7 +385,7 @@ class Worker:
             self.server = None
         if self.uid is not None:
             kill_uid(self.uid)
-        shutil.rmtree(self.root, ignore_errors=True)
+        remove_tree(self.root)
 
 
 # ---------------------------------------------------------------- one attempt at a job's cases
