@@ -205,14 +205,17 @@ def remove_tree(path: Path) -> None:
 
 def remove_litter(uid: int) -> None:
     """Files a job without namespaces of its own left in the shared temporary folders."""
-    for top in LITTER:
-        for folder, dirs, files in os.walk(top):  # top down: a folder of the job's goes whole, never walked
-            for name in [*files, *dirs]:
-                path = os.path.join(folder, name)
+    folders = list(LITTER)
+    while folders:  # a stack, not os.walk, whose recursion a deep tree breaks; the job's own folders go whole
+        folder = folders.pop()
+        with contextlib.suppress(OSError), os.scandir(folder) as entries:
+            for entry in list(entries):
                 with contextlib.suppress(OSError):
-                    if os.lstat(path).st_uid == uid:
-                        remove_tree(Path(path)) if os.path.isdir(path) and not os.path.islink(path) else os.unlink(path)
-            dirs[:] = [d for d in dirs if os.path.isdir(os.path.join(folder, d))]
+                    is_folder = entry.is_dir(follow_symlinks=False)
+                    if entry.stat(follow_symlinks=False).st_uid == uid:
+                        remove_tree(Path(entry.path)) if is_folder else os.unlink(entry.path)
+                    elif is_folder:
+                        folders.append(entry.path)
 
 
 # ---------------------------------------------------------------- the grading server
