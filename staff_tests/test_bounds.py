@@ -107,10 +107,11 @@ def deep_folder(top: Path, levels: int) -> None:
     os.close(fd)
 
 
-def test_a_deep_folder_and_100000_files_beside_a_right_solution_keep_its_points(assignment, worker, tmp_path):
-    """A folder 1,500 levels deep and 100,000 files are left out with a note naming them; links and names
-    that are not UTF-8 or hold a newline change nothing; the re-grade fingerprint reads the same tree."""
-    folder = submission(tmp_path)
+@pytest.fixture(scope="module")
+def crowded(tmp_path_factory):
+    """A right solution beside a folder 1,500 levels deep, 100,000 files (about 20 s to make: made once for
+    both sandboxes), a link to a root-only file, and file names that are not UTF-8 or hold a newline."""
+    folder = submission(tmp_path_factory.mktemp("crowded"))
     package = folder / "cs_basics"
     deep_folder(package / "deep", 1500)
     many = package / "data"
@@ -120,11 +121,15 @@ def test_a_deep_folder_and_100000_files_beside_a_right_solution_keep_its_points(
     os.symlink("/etc/shadow", package / "nn" / "shadow.py")
     (package / "nn" / "line\nbreak.py").write_text("X = 1\n")
     Path(os.fsdecode(bytes(package / "nn") + b"/not-utf8-\xff.py")).write_text("Y = 2\n")
-    try:
-        status, data, growth = graded(assignment, worker, folder, tmp_path / "results.json")
-        assert submission_digest(assignment, folder)  # finishes, on the same bounded walk
-    finally:
-        subprocess.run(["rm", "-rf", str(package / "deep"), str(many)], check=True)  # rmtree recurses
+    yield folder
+    subprocess.run(["rm", "-rf", str(package / "deep"), str(many)], check=True)  # shutil.rmtree recurses
+
+
+def test_a_deep_folder_and_100000_files_beside_a_right_solution_keep_its_points(assignment, worker, crowded, tmp_path):
+    """They are left out with a note naming them; the links and odd names change nothing; the re-grade
+    fingerprint reads the same tree and finishes."""
+    status, data, growth = graded(assignment, worker, crowded, tmp_path / "results.json")
+    assert submission_digest(assignment, crowded)
     assert status == 0 and by_problem(data) == pytest.approx(FULL), data["output"]
     assert "more than 32 folders deep): cs_basics/deep/d/d/" in data["output"]
     assert "more than 10000 files and folders in all): cs_basics/data" in data["output"]
