@@ -17,7 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from cs_basics.harness.config import Assignment
 from cs_basics.harness.grade_command import grade_one
+from cs_basics.harness.grading import take
 from cs_basics.harness.limits import Limits
 from cs_basics.harness.regrade import submission_digest
 from cs_basics.harness.sandbox import Worker, bubblewrap_runs
@@ -182,3 +184,17 @@ def test_a_job_that_leaves_a_deep_folder_in_its_own_folder_is_cleaned_up(assignm
     status, data, _ = graded(assignment, worker, submission(tmp_path, deep), tmp_path / "results.json")
     assert status == 0 and by_problem(data) == pytest.approx(FULL), data["output"]
     assert not list(worker.root.glob("jobs/*"))
+
+
+def test_the_bounds_are_the_courses_to_set(assignment, tmp_path):
+    """`[tool.cs-basics]` source_file_mib, source_total_mib, max_folder_depth and max_files."""
+    folder = submission(tmp_path)
+
+    def taken(**table):
+        return take(Assignment(assignment.root, {**assignment.table, **table}), folder)
+
+    assert taken().refused is None and taken().notes == []
+    assert taken(source_file_mib=0.001).refused.endswith("; the limit is 1.02 KiB")
+    assert "Python files come to over 1.02 KiB" in taken(source_total_mib=0.001).refused
+    assert taken(max_folder_depth=0).notes == ["left out of grading (more than 0 folders deep): cs_basics/nn"]
+    assert "more than 2 files and folders in all): cs_basics" in taken(max_files=2).notes[0]

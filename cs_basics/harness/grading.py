@@ -96,11 +96,8 @@ def student_source(assignment: Assignment, submission: Path, rel: str) -> Path:
 def take(assignment: Assignment, submission: Path) -> intake.Intake:
     """The submission's student code, within the course's bounds, less what grading lays over it."""
     overlaid = [*assignment.staff_code, *TOOLING]
-    return intake.take(assignment.root, assignment.student_code, overlaid, submission, bounds(assignment))
-
-
-def bounds(assignment: Assignment) -> intake.Bounds:
-    return intake.Bounds.of(assignment.table)
+    bounds = intake.Bounds.of(assignment.table)
+    return intake.take(assignment.root, assignment.student_code, overlaid, submission, bounds)
 
 
 def stage(assignment: Assignment, submission: Path, code: Path) -> intake.Intake:
