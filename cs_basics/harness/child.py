@@ -19,7 +19,40 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-TRACEBACK_LIMIT = 4000
+TRACEBACK_LIMIT = 4000  # characters of any text the child sends (a message, a traceback, a description)
+LIST_LIMIT = 32  # items of any list it sends
+LINE_LIMIT = 32 << 10  # bytes of one progress line: well under what the grader reads (Limits.progress_line_kb)
+
+
+def cut(text: str, limit: int = TRACEBACK_LIMIT) -> str:
+    """`text` with its middle cut out past `limit` characters (a student's message may be 300 MB)."""
+    text = str.__str__(text)  # a plain copy of a str subclass, whose __len__ and slicing are the student's
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    return f"{text[:half]}\n[... {len(text) - 2 * half} characters cut ...]\n{text[-half:]}"
+
+
+def bounded(value: object, limit: int) -> object:
+    """An event with every string cut to `limit` characters and every list to LIST_LIMIT items."""
+    if isinstance(value, str):
+        return cut(value, limit)
+    if isinstance(value, dict):
+        return {str(k): bounded(v, limit) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [bounded(v, limit) for v in value[:LIST_LIMIT]]
+    return value
+
+
+def error_text(err: BaseException) -> tuple[str, str]:
+    """("Type: message", traceback), each cut, calling the exception's __str__ once (one that never returns
+    runs into the case's time limit) and never formatting the uncut message again."""
+    try:
+        message = f"{cut(str(type(err).__name__), 200)}: {cut(str(err))}"
+    except Exception as failed:  # a __str__ that raises
+        message = f"{type(err).__name__}: (its message could not be read: {type(failed).__name__})"
+    frames = "".join(traceback.format_tb(err.__traceback__, limit=-6))
+    return message, cut(f"Traceback (most recent call last):\n{frames}{message}", TRACEBACK_LIMIT)
 
 
 class Reporter:
@@ -27,18 +60,38 @@ class Reporter:
         self.fd = fd
 
     def send(self, **event: object) -> None:
+        """One JSON line, cut to LINE_LIMIT bytes: no event of one case can exhaust the pipe for the others."""
         for stream in (sys.stdout, sys.stderr):  # what the code printed reaches the grader before it may end us
             with contextlib.suppress(Exception):
                 stream.flush()
-        os.write(self.fd, (json.dumps(event) + "\n").encode())
+        for limit in (TRACEBACK_LIMIT, 500, 64, 16):  # escapes may make a character 12 bytes long
+            line = (json.dumps(bounded(event, limit)) + "\n").encode()
+            if len(line) <= LINE_LIMIT:
+                break
+        else:  # fail closed: a case whose record could not be sent does not pass
+            kind = "error" if event.get("event") in ("done", "error") else event.get("event")
+            line = json.dumps({"event": kind, "case": event.get("case"), "message": "its report was too long"}) + "\n"
+            line = line.encode()
+        os.write(self.fd, line)
+
+    def failed(self, case_id: str, err: BaseException, record: object) -> None:
+        """A case's error; if even that cannot be put into words (MemoryError), a fixed message instead."""
+        try:
+            message, where = error_text(err)
+            self.send(event="error", case=case_id, message=message, traceback=where, record=record.to_json())
+        except BaseException as failed:
+            with contextlib.suppress(BaseException):
+                message = f"{type(failed).__name__} (your code's error could not be reported)"
+                self.send(event="error", case=case_id, message=message, traceback="", record=record.to_json())
 
 
 def describe(value: object) -> str:
     if isinstance(value, torch.Tensor):
         return f"Tensor(shape={tuple(value.shape)}, dtype={value.dtype}, device={value.device.type})"
     if isinstance(value, tuple | list):
-        return f"{type(value).__name__}({', '.join(describe(v) for v in value)})"
-    return type(value).__name__
+        more = f", ... {len(value) - LIST_LIMIT} more" if len(value) > LIST_LIMIT else ""
+        return cut(f"{type(value).__name__}({', '.join(describe(v) for v in value[:LIST_LIMIT])}{more})")
+    return cut(type(value).__name__, 200)
 
 
 def save_outputs(outputs: dict, path: Path) -> None:
@@ -106,8 +159,8 @@ def run_job(job: dict, progress: int, isolated: bool, import_paths: list[str]) -
         check_origin(job["student_packages"], code)
         cases = {c.id: c for module in job["case_modules"] for c in importlib.import_module(module).CASES}
         from cs_basics.harness.cases import run_call
-    except BaseException:  # a stub, a SyntaxError, an ImportError, SystemExit at import
-        report.send(event="import_error", message=traceback.format_exc(limit=-6)[-TRACEBACK_LIMIT:])
+    except BaseException as err:  # a stub, a SyntaxError, an ImportError, SystemExit at import
+        report.send(event="import_error", message=error_text(err)[1])
         return
     device = torch.device(job["device"])
     torch.zeros(1, device=device)  # the device's start-up (CUDA's takes seconds) counts before the first case
@@ -122,9 +175,7 @@ def run_job(job: dict, progress: int, isolated: bool, import_paths: list[str]) -
                 outputs = run_call(case, adapters, inputs, device)
             save_outputs(outputs, job_dir / "out" / f"{case_id}.safetensors")
         except BaseException as err:  # KeyboardInterrupt and SystemExit too: the case failed, grading goes on
-            where = traceback.format_exc(limit=-6)[-TRACEBACK_LIMIT:]
-            message = f"{type(err).__name__}: {err}"
-            report.send(event="error", case=case_id, message=message, traceback=where, record=watch.record.to_json())
+            report.failed(case_id, err, watch.record)
             continue
         report.send(event="done", case=case_id, record=watch.record.to_json())
     report.send(event="finished")

@@ -11,13 +11,21 @@ the attention beside it calls a built-in.
 
 from __future__ import annotations
 
+import json
+import pickle
+import subprocess
+import sys
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
 from cs_basics.harness.config import Assignment, Problem
 from cs_basics.harness.record import Record, StudentFrames, Watch, recording, student_predicate
-from cs_basics.harness.scan import Module, Program, Use, entry_points
+from cs_basics.harness.scan import STACK_BYTES, Unreadable, Use
+
+SCAN_MEMORY = 1 << 30  # the scan's process: real code of 5 MiB (the largest graded) parses in about 250 MiB
+SCAN_SECONDS = 60.0  # real code of 5 MiB parses in about 5 s on a loaded 2-core machine
+HARNESS_ROOT = Path(__file__).resolve().parents[2]  # the grader's own cs_basics (never the student's) is below
 
 # cs_basics's tooling, not the student's: the grader stages its own copy over the submission's and
 # never scans it, in this assignment and in any later one that grades the student's cs_basics
@@ -92,17 +100,17 @@ class FromScratch:
 
     @cached_property
     def static(self) -> dict[str, list[Use]]:
-        """Each problem's forbidden names in the code its adapter reaches."""
-        program = Program.parse(self.code, student_files(self.assignment, self.code))
-        adapters_path = self.code / (self.assignment.adapters_module.replace(".", "/") + ".py")
-        try:
-            adapters = Module(self.assignment.adapters_module, adapters_path.name, adapters_path.read_text())
-        except (OSError, SyntaxError, ValueError):
-            return {}
-        return {
-            name: program.uses(program.reachable(entry_points(adapters, program, p.adapter)), p.forbidden)
-            for name, p in self.assignment.problems.items()
-        }
+        """Each problem's forbidden names in the code its adapter reaches (scan.scan, in a bounded process).
+        Raises Unreadable when the code cannot be read within the scan's bounds."""
+        return scan_bounded(
+            {
+                "code": str(self.code),
+                "files": [str(f) for f in student_files(self.assignment, self.code)],
+                "adapters": self.assignment.adapters_module,
+                "adapters_path": str(self.code / (self.assignment.adapters_module.replace(".", "/") + ".py")),
+                "problems": {name: [p.adapter, list(p.forbidden)] for name, p in self.assignment.problems.items()},
+            }
+        )
 
     def problem(self, name: str) -> Problem:
         return self.assignment.problems[name]
@@ -112,3 +120,28 @@ class FromScratch:
 
     def static_breach(self, problem: str) -> str | None:
         return static_breach(problem, self.static.get(problem, []))
+
+
+def scan_bounded(job: dict, memory: int = SCAN_MEMORY, seconds: float = SCAN_SECONDS) -> dict[str, list[Use]]:
+    """scan.scan(job) in a fresh Python of its own (no torch, no threads of the grader's), its address space
+    limited to `memory` and its time to `seconds`: whatever the student's code holds, the grading process
+    parses none of it. Raises Unreadable when the code cannot be read within these bounds."""
+    start = f"import sys; sys.path.insert(0, {str(HARNESS_ROOT)!r}); from cs_basics.harness.scan import main; main()"
+    try:
+        done = subprocess.run(
+            [sys.executable, "-I", "-c", start],
+            input=json.dumps(job | {"memory": memory + STACK_BYTES}).encode(),
+            capture_output=True,
+            timeout=seconds,
+            cwd="/",
+        )
+    except subprocess.TimeoutExpired:
+        raise Unreadable(f"reading it took the grader over {seconds:.0f} s") from None
+    if done.returncode < 0:  # killed (a stack overflow, say): the code made the grader's reader fail
+        raise Unreadable(f"the grader's reader of it was killed by signal {-done.returncode}")
+    if done.returncode != 0:
+        raise RuntimeError(f"the grader's scan failed:\n{done.stderr.decode(errors='replace')[-4000:]}")
+    result = pickle.loads(done.stdout)
+    if "unreadable" in result:
+        raise Unreadable(result["unreadable"])
+    return result["uses"]

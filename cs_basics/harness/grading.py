@@ -7,7 +7,6 @@ case's inputs, and compares what comes back with expected values the child canno
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -16,6 +15,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
+from cs_basics.harness import intake
 from cs_basics.harness.cases import Case, run_check
 from cs_basics.harness.config import Assignment
 from cs_basics.harness.diagnosis import explain_crash
@@ -23,13 +23,22 @@ from cs_basics.harness.fromscratch import TOOLING, FromScratch, excluded_code, r
 from cs_basics.harness.fromscratch import student_files as student_files  # the handout's import
 from cs_basics.harness.record import recording
 from cs_basics.harness.sandbox import CaseRun, Limits, StaffError, Worker, python_paths, run_cases
+from cs_basics.harness.scan import Unreadable
 
-SUBMISSION_BYTES_LIMIT = 64 << 20
 PACKAGE = Path(__file__).resolve().parents[1]  # the grader's own cs_basics
 
 
 class GradingError(Exception):
     """Grading cannot be trusted (altered fixtures, a broken course set-up): the staff must act."""
+
+
+class Ungradable(Exception):
+    """The submission's code cannot be graded at all (a file over the size limit, code too deep to read):
+    every problem gets 0 with this message. A verdict, not the staff's concern."""
+
+    def __init__(self, why: str, notes: list[str]):
+        super().__init__(f"your code could not be graded: {why}")
+        self.notes = notes
 
 
 @dataclass
@@ -62,19 +71,16 @@ class Grade:
         return sum(t.max_score for t in self.tests)
 
 
-def copy_regular(src: Path, dst: Path, budget: list[int]) -> None:
-    """Copy files and folders only: links, FIFOs and devices in a submission are skipped."""
+def copy_regular(src: Path, dst: Path) -> None:
+    """Copy the grader's own files and folders (trusted: never a submission's, see intake.py)."""
     if src.is_symlink():
         return
     if src.is_dir():
         dst.mkdir(parents=True, exist_ok=True)
         for child in src.iterdir():
             if child.name != "__pycache__":
-                copy_regular(child, dst / child.name, budget)
+                copy_regular(child, dst / child.name)
     elif src.is_file():
-        budget[0] -= src.stat().st_size
-        if budget[0] < 0:
-            raise ValueError(f"the submission is larger than {SUBMISSION_BYTES_LIMIT >> 20} MiB")
         dst.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(src, dst)
 
@@ -84,33 +90,35 @@ def module_package(assignment: Assignment, module: str) -> Path:
 
 
 def student_source(assignment: Assignment, submission: Path, rel: str) -> Path:
-    """Where a student-code path comes from: the submission; when grading one's own checkout of a
-    downstream assignment, a package it does not hold (the student's cs_basics) is the installed one."""
-    path = submission / rel
-    if path.exists() or submission.resolve() != assignment.root.resolve():
-        return path
-    spec = importlib.util.find_spec(Path(rel).parts[0])
-    locations = list(spec.submodule_search_locations or []) if spec else []
-    return Path(locations[0]).parent / rel if locations else path
+    return intake.student_source(assignment.root, rel, submission)
 
 
-def stage(assignment: Assignment, submission: Path, code: Path) -> None:
-    """The submission's student code, the staff's code and the grader's own tooling over it,
-    and the course's test modules."""
-    budget = [SUBMISSION_BYTES_LIMIT]
-    for rel in assignment.student_code:
-        copy_regular(student_source(assignment, submission, rel), code / rel, budget)
+def take(assignment: Assignment, submission: Path) -> intake.Intake:
+    """The submission's student code, within the course's bounds, less what grading lays over it."""
+    overlaid = [*assignment.staff_code, *TOOLING]
+    bounds = intake.Bounds.of(assignment.table)
+    return intake.take(assignment.root, assignment.student_code, overlaid, submission, bounds)
+
+
+def stage(assignment: Assignment, submission: Path, code: Path) -> intake.Intake:
+    """The submission's student code (what `take` takes), the staff's code and the grader's own tooling
+    over it, and the course's test modules. Returns what was taken, left out or refused."""
+    taken = take(assignment, submission)
+    if taken.refused:
+        return taken
+    intake.copy_taken(taken, code)
     overlays = [(assignment.root / rel, code / rel) for rel in assignment.staff_code]
     overlays += [(PACKAGE.parent / rel, code / rel) for rel in TOOLING]
     for source, target in overlays:
         shutil.rmtree(target, ignore_errors=True) if target.is_dir() else target.unlink(missing_ok=True)
-        copy_regular(source, target, [1 << 40])
+        copy_regular(source, target)
     for module in [*case_modules(assignment), assignment.adapters_module]:
         package = module_package(assignment, module)
         for source in package.rglob("*.py"):  # code only: never a fixture
             target = code / source.relative_to(assignment.root)
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(source, target)
+    return taken
 
 
 def case_modules(assignment: Assignment) -> list[str]:
@@ -165,9 +173,11 @@ def run_submission(assignment: Assignment, submission: Path, cases: list[Case], 
     notes = [worker.describe(), *[n for n in [protect_hidden(assignment, worker)] if n]]
     folder = worker.new_job_dir()
     try:
-        stage(assignment, submission, folder / "code")
-        rule = FromScratch(assignment, folder / "code")
-        found = {name: rule.static_breach(name) for name in assignment.problems}
+        taken = stage(assignment, submission, folder / "code")
+        notes += taken.notes
+        if taken.refused:
+            raise Ungradable(taken.refused, notes)
+        found = static_breaches(assignment, folder / "code", notes)
         to_run = [c for c in cases if not found.get(c.problem)]
         for case in to_run:
             save_file(assignment.store_for(case).load(case.id)[0], str(folder / "inputs" / f"{case.id}.safetensors"))
@@ -181,6 +191,22 @@ def run_submission(assignment: Assignment, submission: Path, cases: list[Case], 
     except StaffError as err:
         raise GradingError(str(err)) from None
     return runs, found, log, notes
+
+
+def static_breaches(assignment: Assignment, code: Path, notes: list[str]) -> dict[str, str | None]:
+    """Each problem's breach of the rule found by reading the staged code (in a bounded process)."""
+    rule = FromScratch(assignment, code)
+    try:
+        return {name: rule.static_breach(name) for name in assignment.problems}
+    except Unreadable as err:
+        raise Ungradable(str(err), notes) from None
+    except RuntimeError as err:  # the scan itself failed: a grader bug the staff must see
+        raise GradingError(str(err)) from None
+
+
+def ungraded(assignment: Assignment, cases: list[Case], refused: Ungradable, start: float, worker: Worker) -> Grade:
+    tests = [TestResult(case, assignment.points[case.id], False, str(refused)) for case in cases]
+    return Grade(tests, time.monotonic() - start, notes=[*refused.notes, str(refused)], sandbox=worker.summary())
 
 
 def verdict(assignment: Assignment, case: Case, run: CaseRun, device: torch.device) -> tuple[bool, str]:
@@ -225,7 +251,10 @@ def grade(
                 return grade(assignment, submission, device, worker=own)
         except StaffError as err:
             raise GradingError(str(err)) from None
-    runs, found, log, notes = run_submission(assignment, submission, cases, device, worker)
+    try:
+        runs, found, log, notes = run_submission(assignment, submission, cases, device, worker)
+    except Ungradable as refused:
+        return ungraded(assignment, cases, refused, start, worker)
     for case in cases:  # a problem breaks the rule when one of its own cases ran what it forbids
         record = runs[case.id].record if case.id in runs else None
         if not found.get(case.problem) and record is not None:

@@ -19,6 +19,7 @@ from cs_basics.harness.config import Assignment
 from cs_basics.harness.device import DEVICE_ENV, choose_device, use_exact_float32
 from cs_basics.harness.fixtures import FixtureError
 from cs_basics.harness.fromscratch import FromScratch, runtime_breach
+from cs_basics.harness.scan import Unreadable
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -79,7 +80,10 @@ def run_graded(
         inputs, expected = assignment.store_for(case).load(case.id)
     except FixtureError as err:
         pytest.fail(str(err), pytrace=False)
-    breach = rule.static_breach(case.problem) or breaches.get(case.problem)
+    try:
+        breach = rule.static_breach(case.problem) or breaches.get(case.problem)
+    except Unreadable as err:  # as the grader says it
+        pytest.fail(f"your code could not be graded: {err}", pytrace=False)
     if breach:
         pytest.fail(breach, pytrace=False)
     watch = rule.watch(case.problem)

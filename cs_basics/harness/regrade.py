@@ -15,13 +15,13 @@ import hashlib
 import importlib.metadata
 import json
 import os
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from cs_basics.harness.config import Assignment
 from cs_basics.harness.fixtures import MANIFEST
-from cs_basics.harness.grading import PACKAGE, TOOLING, case_modules, module_package, student_source
+from cs_basics.harness.grading import PACKAGE, case_modules, module_package, take
 
 EXTRA = "cs_basics"  # our key in the results file's `extra_data`
 
@@ -41,32 +41,18 @@ def file_sha256(path: Path) -> str:
 
 def digest(hashes: Iterable[tuple[str, str]]) -> str:
     """One hash of (name, hash of its content) pairs, independent of the order they come in."""
-    return sha256("\n".join(sorted(f"{name}\0{h}" for name, h in hashes)).encode())
-
-
-def regular_files(path: Path) -> Iterator[Path]:
-    """The files `grading.copy_regular` stages: regular files only, no links, no `__pycache__`."""
-    if path.is_symlink():
-        return
-    if path.is_dir():
-        for child in path.iterdir():
-            if child.name != "__pycache__":
-                yield from regular_files(child)
-    elif path.is_file():
-        yield path
+    text = "\n".join(sorted(f"{name}\0{h}" for name, h in hashes))
+    return sha256(text.encode(errors="surrogateescape"))  # a submission's file names need not be UTF-8
 
 
 def submission_digest(assignment: Assignment, submission: Path) -> str:
-    """The submission's student code, less what the grader overlays with its own (tooling, staff code)."""
-    overlaid = [Path(p) for p in (*assignment.staff_code, *TOOLING)]
-    files = []
-    for rel in assignment.student_code:
-        source = student_source(assignment, submission, rel)
-        for path in regular_files(source):
-            name = Path(rel) / path.relative_to(source)
-            if not any(name == o or name.is_relative_to(o) for o in overlaid):
-                files.append((name.as_posix(), file_sha256(path)))
-    return digest(files)
+    """The submission's student code as grading takes it (intake.py: within the course's bounds, less what
+    the grader overlays with its own tooling and staff code), with what was left out or refused."""
+    taken = take(assignment, submission)
+    files = [(relative.as_posix(), file_sha256(source)) for source, relative, _ in taken.files]
+    if taken.refused:  # its files are never read: the refusal (which names the file and its size) stands for them
+        return digest([("refused", sha256(taken.refused.encode()))])
+    return digest([*files, *(("left out", sha256(note.encode())) for note in taken.notes)])
 
 
 def python_sources(root: Path, under: Path) -> list[tuple[str, str]]:

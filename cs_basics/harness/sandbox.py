@@ -51,6 +51,7 @@ LEASE_WAIT_SECONDS = 600.0  # how long a worker waits for a uid when other worke
 OUTPUT_FILE_LIMIT = 16 << 20  # the largest outputs file read back
 LITTER = ("/tmp", "/var/tmp", "/dev/shm")  # where a job without namespaces may leave files
 STOP = threading.Event()  # set when the grader is told to stop (SIGTERM, SIGINT, SIGHUP)
+UNREPORTED = "your code's result for this case could not be reported (its message was too long?); the other cases ran"
 PASSED_ENV = ("CUDA_", "NVIDIA_", "LD_LIBRARY_PATH", "OMP_NUM_THREADS", "MKL_", "ATEN_CPU_CAPABILITY")
 
 
@@ -250,22 +251,42 @@ def kill_uid(uid: int) -> None:
 
 
 def owned_by(uid: int, folders: tuple[str, ...] = LITTER) -> Iterator[tuple[str, os.stat_result]]:
-    """What `uid` owns in `folders` (the shared temporary folders), deepest first."""
-    for top in folders:
-        for folder, dirs, files in os.walk(top, topdown=False):
-            for name in [*files, *dirs]:
-                path = os.path.join(folder, name)
+    """What `uid` owns in `folders` (the shared temporary folders): a stack, not os.walk, whose recursion a
+    deep tree breaks."""
+    stack = list(folders)
+    while stack:
+        folder = stack.pop()
+        with contextlib.suppress(OSError), os.scandir(folder) as entries:
+            for entry in list(entries):
                 with contextlib.suppress(OSError):
-                    found = os.lstat(path)
+                    found = entry.stat(follow_symlinks=False)
                     if found.st_uid == uid:
-                        yield path, found
+                        yield entry.path, found
+                    if stat.S_ISDIR(found.st_mode):
+                        stack.append(entry.path)
+
+
+def remove_tree(path: Path) -> None:
+    """shutil.rmtree, finished by `rm -rf` where a job left a folder deeper than its recursion reaches."""
+    try:
+        shutil.rmtree(path, ignore_errors=True)
+    except RecursionError:
+        subprocess.run(["rm", "-rf", "--one-file-system", "--", str(path)], capture_output=True)
 
 
 def remove_litter(uid: int) -> None:
     """Files a job without namespaces of its own left in the shared temporary folders."""
-    for path, found in owned_by(uid):
-        with contextlib.suppress(OSError):
-            shutil.rmtree(path) if stat.S_ISDIR(found.st_mode) else os.unlink(path)
+    folders = list(LITTER)
+    while folders:  # a stack, not os.walk, whose recursion a deep tree breaks; the job's own folders go whole
+        folder = folders.pop()
+        with contextlib.suppress(OSError), os.scandir(folder) as entries:
+            for entry in list(entries):
+                with contextlib.suppress(OSError):
+                    is_folder = entry.is_dir(follow_symlinks=False)
+                    if entry.stat(follow_symlinks=False).st_uid == uid:
+                        remove_tree(Path(entry.path)) if is_folder else os.unlink(entry.path)
+                    elif is_folder:
+                        folders.append(entry.path)
 
 
 class Hoard:
@@ -453,7 +474,7 @@ class Worker:
         self.end_processes()
         if self.uid is not None and not self.isolated:  # with namespaces its temporary folders went with it
             remove_litter(self.uid)
-        shutil.rmtree(folder, ignore_errors=True)
+        remove_tree(folder)
 
     def close(self) -> None:
         if self.uid is None:
@@ -466,7 +487,7 @@ class Worker:
         if self.lease is not None:  # only once nothing of its jobs is left: the next holder starts clean
             self.lease.close()
             self.lease = None
-        shutil.rmtree(self.root, ignore_errors=True)
+        remove_tree(self.root)
 
 
 # ---------------------------------------------------------------- one attempt at a job's cases
@@ -565,7 +586,11 @@ def run_once(worker: Worker, job: dict, cases: list[str], state: RunState) -> tu
                 return [], False
             if kind == "ready":
                 deadline = state.stop_at
-            elif kind == "start" and case in remaining:
+            elif kind in ("start", "finished") and current is not None:  # its report was lost (a line too long)
+                state.fail([current], UNREPORTED)
+                remaining.remove(current)
+                current = None
+            if kind == "start" and case in remaining:
                 current, started = case, time.monotonic()
                 deadline = min(started + limits.case_seconds, state.stop_at)
             elif kind in ("done", "error") and case == current:

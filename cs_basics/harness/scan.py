@@ -15,11 +15,24 @@ from __future__ import annotations
 
 import ast
 import fnmatch
+import json
+import pickle
+import resource
+import sys
+import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 MAIN_GUARD = "__name__"  # `if __name__ == "__main__":` blocks never run on import
+DEPTH_LIMIT = 3000  # syntax-tree levels: deeper than Python itself compiles with its default recursion limit
+RECURSION_LIMIT = 4 * DEPTH_LIMIT  # the scan's visitors recurse once or twice per level
+STACK_BYTES = 256 << 20  # the scan thread's stack, for that recursion
+USES_KEPT = 50  # uses reported per problem: a message needs the first, a verdict needs one
+
+
+class Unreadable(Exception):
+    """The student's code cannot be read within the scan's bounds (too deep, too large): it cannot be graded."""
 
 
 @dataclass(frozen=True)
@@ -57,7 +70,7 @@ def matches(name: str, patterns: Iterable[str]) -> str | None:
 class Module:
     """One parsed file: its imports, its top-level definitions, and its other module-level code."""
 
-    def __init__(self, name: str, path: str, source: str):
+    def __init__(self, name: str, path: str, source: str | bytes):
         self.name, self.path = name, path
         self.tree = ast.parse(source)
         self.aliases: dict[str, str] = {}
@@ -147,16 +160,26 @@ class Program:
 
     @classmethod
     def parse(cls, root: Path, files: Iterable[Path]) -> Program:
-        """The files (paths under `root`); a file that does not parse is left out (importing it fails)."""
+        """The files (paths under `root`), read as bytes as Python reads them (their coding cookie honoured).
+        A file that does not parse (a syntax error, null bytes, bad encoding) is left out: importing it
+        fails the same way. One too deep or too large to parse raises Unreadable: Python might import it
+        (after `sys.setrecursionlimit`), so what it holds would go unread."""
         found = []
         for path in sorted(files):
             relative = path.relative_to(root)
             parts = relative.with_suffix("").parts
             name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
             try:
-                found.append(Module(name, relative.as_posix(), path.read_text(errors="replace")))
+                module = Module(name, relative.as_posix(), path.read_bytes())
             except (SyntaxError, ValueError):
                 continue
+            except RecursionError:
+                raise Unreadable(f"{relative.as_posix()} is nested too deeply to read") from None
+            except MemoryError:
+                raise Unreadable(f"{relative.as_posix()} needs more memory to read than the grader gives") from None
+            if depth(module.tree) > DEPTH_LIMIT:
+                raise Unreadable(f"{relative.as_posix()} is nested over {DEPTH_LIMIT} levels deep")
+            found.append(module)
         return cls(found)
 
     def resolve(self, module: Module, chain: list[str], seen: frozenset = frozenset()) -> tuple[str, tuple | None]:
@@ -225,3 +248,55 @@ def entry_points(adapters: Module, program: Program, function: str) -> list[tupl
             if target is not None:
                 targets.append(target)
     return targets
+
+
+def depth(tree: ast.AST) -> int:
+    """How many levels deep the tree goes (without recursing)."""
+    deepest, todo = 0, [(tree, 1)]
+    while todo:
+        node, level = todo.pop()
+        deepest = max(deepest, level)
+        todo.extend((child, level + 1) for child in ast.iter_child_nodes(node))
+    return deepest
+
+
+def scan(job: dict) -> dict[str, list[Use]]:
+    """Each problem's forbidden names in the code its adapter reaches. `job`: "code" (the folder), "files"
+    (the student's files under it), "adapters" (module name), "adapters_path" and "problems" (name ->
+    [adapter function, forbidden patterns])."""
+    code = Path(job["code"])
+    program = Program.parse(code, [Path(f) for f in job["files"]])
+    try:
+        adapters = Module(job["adapters"], Path(job["adapters_path"]).name, Path(job["adapters_path"]).read_bytes())
+    except (OSError, SyntaxError, ValueError):
+        return {}
+    return {
+        name: program.uses(program.reachable(entry_points(adapters, program, adapter)), forbidden)[:USES_KEPT]
+        for name, (adapter, forbidden) in job["problems"].items()
+    }
+
+
+def main() -> None:
+    """The scan in a process of its own (fromscratch.scan_bounded starts it): the job as JSON on stdin, the
+    result pickled on stdout, {"uses": ...} or {"unreadable": why}. Its memory is bounded before it reads
+    a byte of the student's code."""
+    job = json.load(sys.stdin)
+    resource.setrlimit(resource.RLIMIT_AS, (job["memory"], job["memory"]))
+    sys.setrecursionlimit(RECURSION_LIMIT)
+    threading.stack_size(STACK_BYTES)
+    result: dict = {}
+
+    def work() -> None:
+        try:
+            result["uses"] = scan(job)
+        except Unreadable as err:
+            result["unreadable"] = str(err)
+        except RecursionError:
+            result["unreadable"] = "it is nested too deeply to read"
+        except MemoryError:
+            result["unreadable"] = "it needs more memory to read than the grader gives"
+
+    thread = threading.Thread(target=work)
+    thread.start()
+    thread.join()
+    sys.stdout.buffer.write(pickle.dumps(result))

@@ -1,0 +1,200 @@
+"""Whatever a submission's files hold (their size, their depth, their syntax, how many there are), and
+whatever one case raises, grading ends in a verdict with exit status 0, within bounds the grader sets.
+
+Each submission is graded with bubblewrap and with the fallback, as `cs-basics grade` grades it
+(grade_one, into a results file), and the grading process's peak memory is measured: its high-water
+mark (VmHWM) is reset before grading and read after.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cs_basics.harness.config import Assignment
+from cs_basics.harness.grade_command import grade_one
+from cs_basics.harness.grading import take
+from cs_basics.harness.limits import Limits
+from cs_basics.harness.regrade import submission_digest
+from cs_basics.harness.sandbox import Worker, bubblewrap_runs
+
+from .submissions import FUNCTIONAL, ROOT, submission, wrap_attention
+
+needs_bubblewrap = pytest.mark.skipif(not bubblewrap_runs(), reason="bubblewrap does not run here: only the fallback")
+SANDBOXES = [pytest.param("bubblewrap", marks=needs_bubblewrap), "fallback"]
+FULL = {"softmax": 1.0, "scaled_dot_product_attention": 5.0}
+MEMORY_GROWTH = 256 << 20  # what grading one submission may add to the grading process's peak memory
+
+
+@pytest.fixture(scope="module", params=SANDBOXES)
+def worker(request):
+    with Worker(request.param, Limits(case_seconds=10)) as shared:
+        yield shared
+
+
+def status_bytes(field: str) -> int:
+    line = next(line for line in Path("/proc/self/status").read_text().splitlines() if line.startswith(field))
+    return int(line.split()[1]) << 10
+
+
+def graded(assignment, worker, folder: Path, results: Path) -> tuple[int, dict, int]:
+    """(exit status, results file, how far the grading process's peak memory rose above where it was)."""
+    Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS
+    before = status_bytes("VmRSS")
+    status = grade_one(assignment, folder, results, "cpu", worker.limits, quiet=True, worker=worker)
+    return status, json.loads(results.read_text()), status_bytes("VmHWM") - before
+
+
+def by_problem(data: dict) -> dict[str, float]:
+    found: dict[str, float] = {}
+    for test in data["tests"]:
+        found[test["tags"][0]] = found.get(test["tags"][0], 0.0) + test["score"]
+    return found
+
+
+def write_functional(folder: Path, tail: bytes) -> None:
+    with open(folder / FUNCTIONAL, "ab") as f:
+        f.write(b"\n" + tail)
+
+
+HOSTILE = {  # what is appended to a right functional.py, and what every test's message then says
+    "38MB": (b'_BIG = "' + b"x" * 38_000_000 + b'"\n', "functional.py is 36.3 MiB; the limit is 1 MiB"),
+    "200000_terms": (b"_DEEP = " + b"+".join([b"1"] * 200_000) + b"\n", "functional.py is nested too deeply"),
+    "null_bytes": (b"_X = 1\x00\n", "null bytes"),
+    "bad_encoding": (b"_S = '\xff\xfe'\n", "can't decode byte 0xff"),
+    "syntax_error": (b"def broken(:\n", "SyntaxError"),
+}
+
+
+@pytest.mark.parametrize("kind", HOSTILE)
+def test_a_source_file_too_large_too_deep_or_unparsable_ends_in_a_verdict(assignment, worker, tmp_path, kind):
+    tail, said = HOSTILE[kind]
+    folder = submission(tmp_path)
+    write_functional(folder, tail)
+    status, data, growth = graded(assignment, worker, folder, tmp_path / "results.json")
+    assert status == 0 and data["score"] == 0
+    assert all(said in test["output"] for test in data["tests"]), data["tests"][0]["output"][:2000]
+    assert growth < MEMORY_GROWTH, f"the grading process's peak memory rose by {growth >> 20} MiB"
+
+
+def test_the_grader_reading_a_38_mb_source_stays_under_1_gib(tmp_path):
+    """`cs-basics grade` as the staff run it: its own peak resident memory (and that of every process it
+    waited for: its grading server, its scan) stays under 1 GiB, and it exits 0."""
+    folder = submission(tmp_path)
+    write_functional(folder, HOSTILE["38MB"][0])
+    results = tmp_path / "results.json"
+    command = [sys.executable, "-m", "cs_basics.cli", "grade", "--quiet", "--submission", str(folder)]
+    done = subprocess.run([*command, "--results", str(results)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss << 10
+    assert done.returncode == 0, done.stderr
+    assert "functional.py is 36.3 MiB" in json.loads(results.read_text())["output"]
+    assert peak < 1 << 30, f"a grading process peaked at {peak >> 20} MiB"
+
+
+def deep_folder(top: Path, levels: int) -> None:
+    """`top`/d/d/.../d, one folder inside the other (os.makedirs recurses)."""
+    top.mkdir()
+    fd = os.open(top, os.O_RDONLY)
+    for _ in range(levels):
+        os.mkdir("d", dir_fd=fd)
+        inner = os.open("d", os.O_RDONLY, dir_fd=fd)
+        os.close(fd)
+        fd = inner
+    os.close(fd)
+
+
+@pytest.fixture(scope="module")
+def crowded(tmp_path_factory):
+    """A right solution beside a folder 1,500 levels deep, 100,000 files (about 20 s to make: made once for
+    both sandboxes), a link to a root-only file, and file names that are not UTF-8 or hold a newline."""
+    folder = submission(tmp_path_factory.mktemp("crowded"))
+    package = folder / "cs_basics"
+    deep_folder(package / "deep", 1500)
+    many = package / "data"
+    many.mkdir()
+    for i in range(100_000):
+        os.close(os.open(many / f"{i:06d}.txt", os.O_CREAT | os.O_WRONLY, 0o644))
+    os.symlink("/etc/shadow", package / "nn" / "shadow.py")
+    (package / "nn" / "line\nbreak.py").write_text("X = 1\n")
+    Path(os.fsdecode(bytes(package / "nn") + b"/not-utf8-\xff.py")).write_text("Y = 2\n")
+    yield folder
+    subprocess.run(["rm", "-rf", str(package / "deep"), str(many)], check=True)  # shutil.rmtree recurses
+
+
+def test_a_deep_folder_and_100000_files_beside_a_right_solution_keep_its_points(assignment, worker, crowded, tmp_path):
+    """They are left out with a note naming them; the links and odd names change nothing; the re-grade
+    fingerprint reads the same tree and finishes."""
+    status, data, growth = graded(assignment, worker, crowded, tmp_path / "results.json")
+    assert submission_digest(assignment, crowded)
+    assert status == 0 and by_problem(data) == pytest.approx(FULL), data["output"]
+    assert "more than 32 folders deep): cs_basics/deep/d/d/" in data["output"]
+    assert "more than 10000 files and folders in all): cs_basics/data" in data["output"]
+    assert growth < MEMORY_GROWTH, f"the grading process's peak memory rose by {growth >> 20} MiB"
+
+
+def test_a_300_mb_exception_in_attention_leaves_softmax_its_points(assignment, worker, tmp_path):
+    """The child cuts each message before it sends it: no case's error fills the progress pipe, and the
+    cases after it (softmax's hidden ones among them) run."""
+    folder = submission(tmp_path, wrap_attention('raise ValueError("x" * 300_000_000)'))
+    status, data, _ = graded(assignment, worker, folder, tmp_path / "results.json")
+    assert status == 0 and by_problem(data) == pytest.approx({"softmax": 1.0, "scaled_dot_product_attention": 0.0})
+    hidden_softmax = [t for t in data["tests"] if t["tags"] == ["softmax"] and t["visibility"] != "visible"]
+    assert hidden_softmax and all(t["status"] == "passed" for t in hidden_softmax)
+    attention = [t["output"] for t in data["tests"] if t["tags"] == ["scaled_dot_product_attention"]]
+    assert all("your code raised ValueError: xxx" in m and "characters cut" in m for m in attention), attention[0]
+    assert all(len(m) < 20_000 for m in attention)
+
+
+def test_a_case_whose_report_is_lost_fails_alone(assignment, worker, tmp_path):
+    """The first attention case writes 100 KiB with no newline to the progress pipe, so the grader drops the
+    line that reports it: that case fails with a message saying so, every other case keeps its points."""
+    lose_report = """
+    import os
+    if not globals().get("_lost"):
+        globals()["_lost"] = True
+        for _fd in map(int, os.listdir("/proc/self/fd")):
+            if _fd > 2 and os.path.exists(f"/proc/self/fd/{_fd}") and "pipe" in os.readlink(f"/proc/self/fd/{_fd}"):
+                os.write(_fd, b"x" * (100 << 10))
+    """
+    folder = submission(tmp_path, wrap_attention(lose_report))
+    status, data, _ = graded(assignment, worker, folder, tmp_path / "results.json")
+    failed = [t for t in data["tests"] if t["status"] == "failed"]
+    assert status == 0 and len(failed) == 1 and failed[0]["tags"] == ["scaled_dot_product_attention"], failed
+    assert "could not be reported" in failed[0]["output"]
+
+
+def test_a_job_that_leaves_a_deep_folder_in_its_own_folder_is_cleaned_up(assignment, worker, tmp_path):
+    """What a job writes into its working folder is removed after it without recursing (shutil.rmtree does)."""
+    deep = """
+    import os
+    _fd = os.open(".", os.O_RDONLY)
+    for _ in range(3000):
+        os.mkdir("d", dir_fd=_fd)
+        _inner = os.open("d", os.O_RDONLY, dir_fd=_fd)
+        os.close(_fd)
+        _fd = _inner
+    os.close(_fd)
+    """
+    status, data, _ = graded(assignment, worker, submission(tmp_path, deep), tmp_path / "results.json")
+    assert status == 0 and by_problem(data) == pytest.approx(FULL), data["output"]
+    assert not list(worker.root.glob("jobs/*"))
+
+
+def test_the_bounds_are_the_courses_to_set(assignment, tmp_path):
+    """`[tool.cs-basics]` source_file_mib, source_total_mib, max_folder_depth and max_files."""
+    folder = submission(tmp_path)
+
+    def taken(**table):
+        return take(Assignment(assignment.root, {**assignment.table, **table}), folder)
+
+    assert taken().refused is None and taken().notes == []
+    assert taken(source_file_mib=0.001).refused.endswith("; the limit is 1.02 KiB")
+    assert "Python files come to over 1.02 KiB" in taken(source_total_mib=0.001).refused
+    assert taken(max_folder_depth=0).notes == ["left out of grading (more than 0 folders deep): cs_basics/nn"]
+    assert "more than 2 files and folders in all): cs_basics" in taken(max_files=2).notes[0]
