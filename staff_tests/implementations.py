@@ -178,6 +178,36 @@ def in_float32(Q, K, V, mask=None):
     return attention_matmul(Q.float(), K.float(), V.float(), mask)
 
 
+def softmax_mean_shift(x, dim):
+    e = torch.exp(x - x.mean(dim=dim, keepdim=True))
+    return e / e.sum(dim=dim, keepdim=True)
+
+
+def softmax_plus_epsilon(x, dim):
+    e = torch.exp(x - x.max(dim=dim, keepdim=True).values)
+    return e / (e.sum(dim=dim, keepdim=True) + 1e-6)
+
+
+def transpose_3d_only(Q, K, V, mask=None):
+    scores = torch.matmul(Q, K.transpose(1, 2)) / math.sqrt(Q.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return torch.nan_to_num(softmax_max_shift(scores, -1)) @ V
+
+
+def mask_unsqueezed_for_heads(Q, K, V, mask=None):
+    scores = _scores(Q, K)
+    if mask is not None:
+        scores = scores.masked_fill(~mask.unsqueeze(1), -math.inf)  # (batch, 1, queries, keys) for the heads
+    return torch.nan_to_num(softmax_max_shift(scores, -1)) @ V
+
+
+def checks_mask_shape(Q, K, V, mask=None):
+    if mask is not None and mask.shape != (*Q.shape[:-1], K.shape[-2]):
+        raise ValueError(f"Mask shape {mask.shape} doesn't match Q {Q.shape} and K {K.shape}")
+    return attention_matmul(Q, K, V, mask)
+
+
 # name -> (implementation, the id of a case it must fail)
 BROKEN = {
     "no_scale": (impl(scaled(lambda Q, V: 1.0)), "scaled_dot_product_attention-no_mask"),
@@ -196,7 +226,7 @@ BROKEN = {
     "softmax_no_shift": (impl(softmax=no_shift_softmax), "softmax-inputs_near_1e4"),
     "attention_softmax_no_shift": (
         impl(lambda Q, K, V, mask=None: attention_matmul(Q, K, V, mask, softmax=no_shift_softmax)),
-        "scaled_dot_product_attention-scores_near_1e4",
+        "scaled_dot_product_attention-scores_offset_1e4",
     ),
     # stable but not exact: x - logsumexp(x) rounds to float32's 1e-3 grid near 1e4
     "softmax_via_logsumexp": (
@@ -244,6 +274,23 @@ BROKEN = {
     "softmax_divides_in_place": (impl(softmax=softmax_divides_in_place), "softmax-grad"),
     "softmax_global_max": (impl(softmax=softmax_global_max), "hidden_softmax-dim_1_near_1e4"),
     "softmax_sum_over_everything": (impl(softmax=softmax_sum_over_everything), "softmax-last_dim"),
+    "softmax_mean_shift": (impl(softmax=softmax_mean_shift), "softmax-wide_rows"),
+    "softmax_plus_epsilon": (impl(softmax=softmax_plus_epsilon), "softmax-float64"),
+    "attention_plus_epsilon": (
+        impl(lambda Q, K, V, mask=None: attention_matmul(Q, K, V, mask, softmax=softmax_plus_epsilon)),
+        "scaled_dot_product_attention-float64",
+    ),
+    "attention_global_max": (
+        impl(lambda Q, K, V, mask=None: attention_matmul(Q, K, V, mask, softmax=softmax_global_max)),
+        "scaled_dot_product_attention-scores_offset_1e4",
+    ),
+    "attention_mean_shift": (
+        impl(lambda Q, K, V, mask=None: attention_matmul(Q, K, V, mask, softmax=softmax_mean_shift)),
+        "scaled_dot_product_attention-mask",
+    ),
+    "transpose_3d_only": (impl(transpose_3d_only), "4d_scaled_dot_product_attention-mask"),
+    "mask_unsqueezed_for_heads": (impl(mask_unsqueezed_for_heads), "scaled_dot_product_attention_mask-padding_3d"),
+    "checks_mask_shape": (impl(checks_mask_shape), "scaled_dot_product_attention_mask-padding_3d"),
     "no_scale_and_mask_flipped": (
         impl(lambda Q, K, V, mask=None: attention_matmul(Q, K, V, None if mask is None else ~mask, scale=1.0)),
         "scaled_dot_product_attention-mask",
@@ -281,6 +328,14 @@ DIAGNOSES = {
     "scales_q_in_place_with_grad": "in_place_on_input",
     "softmax_divides_in_place": "in_place_on_saved_tensor",
     "bmm_only_3d": "bmm_on_more_than_3d",
+    "softmax_mean_shift": "mean_shift",
+    "softmax_plus_epsilon": "epsilon_in_denominator",
+    "attention_plus_epsilon": "epsilon_in_denominator",
+    "attention_global_max": "global_max",
+    "attention_mean_shift": "mean_shift",
+    "transpose_3d_only": "transpose_3d_only",
+    "mask_unsqueezed_for_heads": "mask_shape_assumed",
+    "checks_mask_shape": "mask_shape_assumed",
 }
 
 

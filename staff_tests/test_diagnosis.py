@@ -12,7 +12,8 @@ from cs_basics.harness import diagnosis, results
 from cs_basics.harness.cases import CheckContext, run_call, run_case
 from cs_basics.harness.diagnosis import CRASHES, Mistake, explain_crash, matching, wrong_outputs
 from cs_basics.nn import functional
-from tests.cases import MISTAKES, guarded, scores
+from tests.mistakes import CRASHES as ASSIGNMENT_CRASHES
+from tests.mistakes import MISTAKES, guarded, scores
 
 from .implementations import BROKEN, CORRECT, DIAGNOSES, fingerprint, impl
 from .submissions import ROOT, run, submission
@@ -34,7 +35,8 @@ def failure(name, assignment, device) -> BaseException:
 
 
 def test_every_known_mistake_has_a_student_version():
-    library = {m.name for mistakes in MISTAKES.values() for m in mistakes} | {c.name for c in CRASHES}
+    crashes = {c.name for c in (*CRASHES, *ASSIGNMENT_CRASHES)}
+    library = {m.name for mistakes in MISTAKES.values() for m in mistakes} | crashes
     assert library == set(DIAGNOSES.values())
 
 

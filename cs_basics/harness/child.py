@@ -106,6 +106,7 @@ def run_job(job: dict, progress: int, isolated: bool, import_paths: list[str]) -
         check_origin(job["student_packages"], code)
         cases = {c.id: c for module in job["case_modules"] for c in importlib.import_module(module).CASES}
         from cs_basics.harness.cases import run_call
+        from cs_basics.harness.diagnosis import folded_traceback
     except BaseException:  # a stub, a SyntaxError, an ImportError, SystemExit at import
         report.send(event="import_error", message=traceback.format_exc(limit=-6)[-TRACEBACK_LIMIT:])
         return
@@ -122,7 +123,7 @@ def run_job(job: dict, progress: int, isolated: bool, import_paths: list[str]) -
                 outputs = run_call(case, adapters, inputs, device)
             save_outputs(outputs, job_dir / "out" / f"{case_id}.safetensors")
         except BaseException as err:  # KeyboardInterrupt and SystemExit too: the case failed, grading goes on
-            where = traceback.format_exc(limit=-6)[-TRACEBACK_LIMIT:]
+            where = folded_traceback(err)[-TRACEBACK_LIMIT:]  # the student's frames first
             message = f"{type(err).__name__}: {err}"
             report.send(event="error", case=case_id, message=message, traceback=where, record=watch.record.to_json())
             continue

@@ -74,6 +74,7 @@ def run_graded(
     `breaches` (problem -> message) carries a breach to the problem's later cases in the same run: the
     grader gives the whole problem 0 when one of its cases breaks the rule, so they fail here too.
     """
+    __tracebackhide__ = True  # the student's frames, not the harness's
     breaches = {} if breaches is None else breaches
     try:
         inputs, expected = assignment.store_for(case).load(case.id)
@@ -91,7 +92,7 @@ def run_graded(
             pytest.fail(breach, pytrace=False)
 
     try:
-        with watch, diagnosis.crashes_noted():
+        with watch, diagnosis.crashes_noted(case, inputs):
             outputs = run_call(case, adapters, inputs, device)
     except Exception:  # a forbidden operator before a crash is a breach, as in the grader (Ctrl-C stays Ctrl-C)
         fail_if_breached()
