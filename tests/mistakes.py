@@ -54,13 +54,15 @@ def guarded(weights: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
     return weights if mask is None else weights.masked_fill(~mask.any(-1, keepdim=True), 0.0)
 
 
-def with_softmax(softmax: Callable[[torch.Tensor, int], torch.Tensor], reshape_mask=None) -> Callable:
-    """Attention built on `softmax` (over the last dim), the mask reshaped by `reshape_mask` if given."""
+def with_softmax(softmax: Callable[[torch.Tensor, int], torch.Tensor], nan_to_zero=False, reshape_mask=None):
+    """Attention built on `softmax` (over the last dim), its NaN replaced by zeros if `nan_to_zero`, the mask
+    reshaped by `reshape_mask` if given."""
 
     def attention(Q, K, V, mask=None):
         if mask is not None and reshape_mask is not None:
             mask = reshape_mask(mask)
-        return guarded(softmax(scores(Q, K, mask), -1), mask) @ V
+        weights = softmax(scores(Q, K, mask), -1)
+        return guarded(weights.nan_to_num(0.0) if nan_to_zero else weights, mask) @ V
 
     return attention
 
@@ -107,6 +109,27 @@ def mean_shift_softmax(x: torch.Tensor, dim: int) -> torch.Tensor:
     return unshifted_softmax(x - x.mean(dim, keepdim=True), dim)
 
 
+STABILITY_FAMILY = (
+    (
+        "no_max_shift",
+        "exp overflowed to inf because your softmax does not subtract the maximum first; subtract "
+        "each row's maximum of the scores (keepdim=True), which leaves the softmax unchanged",
+        unshifted_softmax,
+    ),
+    (
+        "global_max",
+        "your softmax subtracts the maximum of all the scores, not each row's, so rows far below it "
+        "underflow to 0/0; subtract each row's own maximum (amax(-1, keepdim=True))",
+        global_max_softmax,
+    ),
+    (
+        "mean_shift",
+        "your softmax subtracts the mean, not the maximum: a masked score of -inf makes the mean -inf "
+        "(NaN everywhere), and a row of scores spread more than ~88 overflows exp; subtract each row's "
+        "maximum",
+        mean_shift_softmax,
+    ),
+)
 MISTAKES = {
     SOFTMAX: (
         softmax_mistake(
@@ -225,27 +248,11 @@ MISTAKES = {
             "(nan_to_num) leaves the 0/0 of all-False rows in the graph; zero those rows' weights instead",
             lambda Q, K, V, mask=None: (torch.softmax(scores(Q, K, mask), -1) @ V).nan_to_num(0.0),
         ),
-        attention_mistake(
-            "no_max_shift",
-            "exp overflowed to inf because your softmax does not subtract the maximum first; subtract "
-            "each row's maximum of the scores (keepdim=True), which leaves the softmax unchanged",
-            with_softmax(unshifted_softmax),
-            **STABILITY,
-        ),
-        attention_mistake(
-            "global_max",
-            "your softmax subtracts the maximum of all the scores, not each row's, so rows far below it "
-            "underflow to 0/0; subtract each row's own maximum (amax(-1, keepdim=True))",
-            with_softmax(global_max_softmax),
-            **STABILITY,
-        ),
-        attention_mistake(
-            "mean_shift",
-            "your softmax subtracts the mean, not the maximum: a masked score of -inf makes the mean -inf "
-            "(NaN everywhere), and a row of scores spread more than ~88 overflows exp; subtract each row's "
-            "maximum",
-            with_softmax(mean_shift_softmax),
-            **STABILITY,
+        # each with the NaN of its 0/0 rows left, or replaced by zeros (nan_to_num, as many students do)
+        *(
+            attention_mistake(name, advice, with_softmax(unstable, zeroed), **STABILITY)
+            for name, advice, unstable in STABILITY_FAMILY
+            for zeroed in (False, True)
         ),
         *(
             attention_mistake("epsilon_in_denominator", EPSILON_ADVICE, with_softmax(epsilon_softmax(eps)))
@@ -257,7 +264,7 @@ MISTAKES = {
                 "the mask was reshaped for one shape it may have (an unsqueeze for a head dim, say), so a mask "
                 "that already broadcasts gets an extra dim and the output a wrong shape; the contract allows any "
                 "mask that broadcasts against (..., queries, keys): use it as it comes",
-                with_softmax(torch.softmax, reshape_mask),
+                with_softmax(torch.softmax, reshape_mask=reshape_mask),
             )
             for reshape_mask in (lambda m: m.unsqueeze(1), lambda m: m[:, None, None])
         ),
@@ -289,6 +296,14 @@ def broadcast_mask(args: dict[str, Any]) -> bool:
 
 
 CRASHES = (
+    Crash(
+        "mask_none",
+        "",
+        r"NoneType|got \(bool",  # ~None, None.unsqueeze, where(None, ...), masked_fill(None == 0, ...)
+        "mask is optional and was None here (the unmasked cases pass mask=None); "
+        "mask the scores only when `mask is not None`",
+        shows_in=lambda args: "Q" in args and args.get("mask") is None,
+    ),
     Crash(
         "transpose_3d_only",
         "RuntimeError",

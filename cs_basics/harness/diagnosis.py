@@ -288,10 +288,10 @@ def raised_by(crash: Crash, kind: str, message: str, yours: str, args: dict[str,
     )
 
 
-def harness_or_library(filename: str) -> bool:
+def harness_or_library(filename: str, harness_files: Sequence[str] = ()) -> bool:
     """A frame that is not the student's: the harness, the course's test modules, Python, installed packages."""
     path = Path(filename)
-    if filename.startswith("<") or not path.is_absolute():
+    if filename.startswith("<") or not path.is_absolute() or filename in harness_files:
         return True
     parts = path.parts
     harness = any(parts[i : i + 2] == ("cs_basics", "harness") for i in range(len(parts)))
@@ -302,12 +302,13 @@ def harness_or_library(filename: str) -> bool:
 STDLIB = Path(os.__file__).parent
 
 
-def folded_traceback(err: BaseException) -> str:
+def folded_traceback(err: BaseException, harness_files: Sequence[str] = ()) -> str:
     """The traceback with the student's frames first and the rest (the harness's frames that called their
-    code, the libraries their code called) folded into one line naming the innermost, then the error."""
+    code, the libraries their code called) folded into one line naming the innermost, then the error.
+    `harness_files`: more files of the harness (the grader's child runs from a folder of its own)."""
     frames = traceback.extract_tb(err.__traceback__)
-    yours = [f for f in frames if not harness_or_library(f.filename)][-MAX_FRAMES:]
-    others = [f for f in frames if harness_or_library(f.filename)]
+    yours = [f for f in frames if not harness_or_library(f.filename, harness_files)][-MAX_FRAMES:]
+    others = [f for f in frames if harness_or_library(f.filename, harness_files)]
     lines = ["Traceback (your code's frames, innermost last):\n", *traceback.format_list(yours)]
     if others:
         inner = others[-1]
