@@ -15,7 +15,7 @@ from cs_basics.nn import functional
 from tests.mistakes import CRASHES as ASSIGNMENT_CRASHES
 from tests.mistakes import MISTAKES, guarded, scores
 
-from .implementations import BROKEN, CORRECT, DIAGNOSES, fingerprint, impl
+from .implementations import BROKEN, CORRECT, CRASH_LOOKALIKES, DIAGNOSES, LOOKALIKES, fingerprint, impl
 from .submissions import ROOT, run, submission
 
 KNOWN = re.compile(r"\(known mistake: (\w+)\)")
@@ -180,3 +180,20 @@ def test_the_student_readme_shows_the_message_of_a_real_run(assignment):
     with pytest.raises(AssertionError) as info:
         run_case(case, impl(flipped), assignment.store_for(case), torch.device("cpu"))
     assert str(info.value) + "\n" == shown
+
+
+@pytest.mark.parametrize("mistake", sorted(LOOKALIKES))
+def test_a_different_bug_with_similar_symptoms_is_not_given_the_mistakes_name(mistake, assignment, device):
+    for lookalike, case_id in [
+        LOOKALIKES[mistake],
+        *([CRASH_LOOKALIKES[mistake]] if mistake in CRASH_LOOKALIKES else []),
+    ]:
+        case = next(c for c in assignment.cases if c.id == case_id)
+        with pytest.raises(Exception) as info:  # it fails the case, one way or another
+            run_case(case, lookalike, assignment.store_for(case), device)
+        assert mistake not in named(info.value), f"{mistake} on {case_id}: {info.value}"
+
+
+def test_every_known_mistake_has_a_lookalike():
+    library = {m.name for mistakes in MISTAKES.values() for m in mistakes}
+    assert library | {c.name for c in (*CRASHES, *ASSIGNMENT_CRASHES)} == set(LOOKALIKES)
