@@ -121,7 +121,7 @@ def test_code_placed_in_an_adapter_fails_as_the_grader_would_fail_it():
     adapters = SimpleNamespace(
         run_softmax=run_softmax, run_scaled_dot_product_attention=run_scaled_dot_product_attention
     )
-    assert thick_adapter(adapters, "softmax") is None
-    message = thick_adapter(adapters, "scaled_dot_product_attention")
+    assert thick_adapter(adapters, "run_softmax") is None
+    message = thick_adapter(adapters, "run_scaled_dot_product_attention")
     assert "run_scaled_dot_product_attention holds more than the one line" in message
     assert "the grader runs the course's own tests/adapters.py" in message

@@ -78,7 +78,8 @@ def run_graded(
     grader gives the whole problem 0 when one of its cases breaks the rule, so they fail here too.
     """
     __tracebackhide__ = True  # the student's frames, not the harness's
-    lost = thick_adapter(adapters, case.problem)
+    problem = assignment.problems.get(case.problem)
+    lost = problem and assignment.table.get("one_line_adapters") and thick_adapter(adapters, problem.adapter)
     if lost:
         pytest.fail(lost, pytrace=False)
     breaches = {} if breaches is None else breaches
@@ -107,17 +108,18 @@ def run_graded(
     run_check(case, inputs, expected, outputs, device)
 
 
-def thick_adapter(adapters: ModuleType, problem: str) -> str | None:
-    """The grader's verdict on code placed in an adapter: the grader runs the course's tests/adapters.py,
-    whose `run_<problem>` is one line calling the student's function, so anything more is lost there."""
-    adapter = getattr(adapters, f"run_{problem}", None)
+def thick_adapter(adapters: ModuleType, name: str) -> str | None:
+    """The grader's verdict on code placed in an adapter, for a course whose adapters are each one line
+    (`one_line_adapters = true` in [tool.cs-basics]): the grader runs the course's own adapters module,
+    whose `run_<problem>` calls the student's function, so anything more is lost there."""
+    adapter = getattr(adapters, name, None)
     statements = adapter_statements(adapter) if callable(adapter) else None
     if statements is None:
         return None
     body = statements[1:] if statements and is_docstring(statements[0]) else statements
     if len(body) == 1 and isinstance(body[0], ast.Return) and isinstance(body[0].value, ast.Call):
         return None
-    where = f"{Path(inspect.getsourcefile(adapter) or '?').name}: run_{problem}"
+    where = f"{Path(inspect.getsourcefile(adapter) or '?').name}: {name}"
     return (
         f"{where} holds more than the one line that calls your function ({len(body)} statements): the grader "
         "runs the course's own tests/adapters.py, which calls cs_basics, so code placed here is lost in grading "
