@@ -197,3 +197,36 @@ def test_a_different_bug_with_similar_symptoms_is_not_given_the_mistakes_name(mi
 def test_every_known_mistake_has_a_lookalike():
     library = {m.name for mistakes in MISTAKES.values() for m in mistakes}
     assert library | {c.name for c in (*CRASHES, *ASSIGNMENT_CRASHES)} == set(LOOKALIKES)
+
+
+@pytest.mark.parametrize(
+    ("name", "sentence"),
+    [
+        (
+            "checks_mask_shape",
+            "a mask of shape (3, 1, 7), which broadcasts to the scores' (3, 5, 7): the contract allows",
+        ),
+        ("mask_none_crash", "mask=None: the contract makes the mask optional"),
+        ("fill_minus_1e9_in_float16", "float16 inputs: -1e9 does not fit in float16"),
+        ("transpose_3d_only", "4D inputs (Q of shape (2, 2, 12, 64)): the contract allows any number of leading batch"),
+    ],
+)
+def test_a_crash_says_what_the_case_passed_in_pytest_and_in_the_grader_alike(name, sentence, assignment, device):
+    err = failure(name, assignment, device)
+    notes = list(err.__notes__)
+    assert any(
+        note == f"This case passed {sentence}" or note.startswith(f"This case passed {sentence}") for note in notes
+    )
+    case = next(c for c in assignment.cases if c.id == BROKEN[name][1])
+    error = f"your code raised {type(err).__name__}: {err}\n{diagnosis.folded_traceback(err)}"
+    explained = explain_crash(error, case, assignment.store_for(case).load(case.id)[0])
+    assert explained.split("\n")[1 : 1 + len(notes)] == ["  " + note for note in notes]
+
+
+def test_a_crash_traceback_shows_the_students_frames_and_folds_the_harness(assignment, device):
+    err = failure("transpose_3d_only", assignment, device)
+    folded = diagnosis.folded_traceback(err)
+    yours, _, rest = folded.partition(diagnosis.FOLDED)
+    assert "staff_tests/implementations.py" in yours and "transpose_3d_only" in yours
+    assert "cs_basics/harness" not in yours and "tests/cases.py" not in yours
+    assert f"RuntimeError: {err}" in rest

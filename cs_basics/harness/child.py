@@ -123,7 +123,7 @@ def run_job(job: dict, progress: int, isolated: bool, import_paths: list[str]) -
                 outputs = run_call(case, adapters, inputs, device)
             save_outputs(outputs, job_dir / "out" / f"{case_id}.safetensors")
         except BaseException as err:  # KeyboardInterrupt and SystemExit too: the case failed, grading goes on
-            where = folded_traceback(err, [__file__])[-TRACEBACK_LIMIT:]  # the student's frames first
+            where = folded_traceback(err, [__file__], code)[-TRACEBACK_LIMIT:]  # the student's frames first
             message = f"{type(err).__name__}: {err}"
             report.send(event="error", case=case_id, message=message, traceback=where, record=watch.record.to_json())
             continue

@@ -302,18 +302,22 @@ def harness_or_library(filename: str, harness_files: Sequence[str] = ()) -> bool
 STDLIB = Path(os.__file__).parent
 
 
-def folded_traceback(err: BaseException, harness_files: Sequence[str] = ()) -> str:
+def folded_traceback(err: BaseException, harness_files: Sequence[str] = (), root: Path | None = None) -> str:
     """The traceback with the student's frames first and the rest (the harness's frames that called their
     code, the libraries their code called) folded into one line naming the innermost, then the error.
-    `harness_files`: more files of the harness (the grader's child runs from a folder of its own)."""
+    `harness_files`: more files of the harness (the grader's child runs from a folder of its own);
+    `root`: where the student's files are, shown relative to it."""
     frames = traceback.extract_tb(err.__traceback__)
     yours = [f for f in frames if not harness_or_library(f.filename, harness_files)][-MAX_FRAMES:]
     others = [f for f in frames if harness_or_library(f.filename, harness_files)]
+    for frame in yours if root is not None else ():
+        path = Path(frame.filename)
+        frame.filename = str(path.relative_to(root)) if path.is_relative_to(root) else frame.filename
     lines = ["Traceback (your code's frames, innermost last):\n", *traceback.format_list(yours)]
     if others:
-        inner = others[-1]
-        where = f"{Path(inner.filename).name}:{inner.lineno} in {inner.name}"
-        lines.append(f"  ({len(others)} {FOLDED}; the innermost: {where})\n")
+        inner = frames[-1]  # named when the error came from a library the student's code called
+        below = f"; raised in {Path(inner.filename).name}:{inner.lineno} in {inner.name}" if inner in others else ""
+        lines.append(f"  ({len(others)} {FOLDED}{below})\n")
     lines += traceback.format_exception_only(type(err), err)
     return "".join(lines)
 
