@@ -178,6 +178,36 @@ def in_float32(Q, K, V, mask=None):
     return attention_matmul(Q.float(), K.float(), V.float(), mask)
 
 
+def softmax_mean_shift(x, dim):
+    e = torch.exp(x - x.mean(dim=dim, keepdim=True))
+    return e / e.sum(dim=dim, keepdim=True)
+
+
+def softmax_plus_epsilon(x, dim):
+    e = torch.exp(x - x.max(dim=dim, keepdim=True).values)
+    return e / (e.sum(dim=dim, keepdim=True) + 1e-6)
+
+
+def transpose_3d_only(Q, K, V, mask=None):
+    scores = torch.matmul(Q, K.transpose(1, 2)) / math.sqrt(Q.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return torch.nan_to_num(softmax_max_shift(scores, -1)) @ V
+
+
+def mask_unsqueezed_for_heads(Q, K, V, mask=None):
+    scores = _scores(Q, K)
+    if mask is not None:
+        scores = scores.masked_fill(~mask.unsqueeze(1), -math.inf)  # (batch, 1, queries, keys) for the heads
+    return torch.nan_to_num(softmax_max_shift(scores, -1)) @ V
+
+
+def checks_mask_shape(Q, K, V, mask=None):
+    if mask is not None and mask.shape != (*Q.shape[:-1], K.shape[-2]):
+        raise ValueError(f"Mask shape {mask.shape} doesn't match Q {Q.shape} and K {K.shape}")
+    return attention_matmul(Q, K, V, mask)
+
+
 # name -> (implementation, the id of a case it must fail)
 BROKEN = {
     "no_scale": (impl(scaled(lambda Q, V: 1.0)), "scaled_dot_product_attention-no_mask"),
@@ -196,7 +226,7 @@ BROKEN = {
     "softmax_no_shift": (impl(softmax=no_shift_softmax), "softmax-inputs_near_1e4"),
     "attention_softmax_no_shift": (
         impl(lambda Q, K, V, mask=None: attention_matmul(Q, K, V, mask, softmax=no_shift_softmax)),
-        "scaled_dot_product_attention-scores_near_1e4",
+        "scaled_dot_product_attention-scores_offset_1e4",
     ),
     # stable but not exact: x - logsumexp(x) rounds to float32's 1e-3 grid near 1e4
     "softmax_via_logsumexp": (
@@ -244,6 +274,23 @@ BROKEN = {
     "softmax_divides_in_place": (impl(softmax=softmax_divides_in_place), "softmax-grad"),
     "softmax_global_max": (impl(softmax=softmax_global_max), "hidden_softmax-dim_1_near_1e4"),
     "softmax_sum_over_everything": (impl(softmax=softmax_sum_over_everything), "softmax-last_dim"),
+    "softmax_mean_shift": (impl(softmax=softmax_mean_shift), "softmax-wide_rows"),
+    "softmax_plus_epsilon": (impl(softmax=softmax_plus_epsilon), "softmax-float64"),
+    "attention_plus_epsilon": (
+        impl(lambda Q, K, V, mask=None: attention_matmul(Q, K, V, mask, softmax=softmax_plus_epsilon)),
+        "scaled_dot_product_attention-float64",
+    ),
+    "attention_global_max": (
+        impl(lambda Q, K, V, mask=None: attention_matmul(Q, K, V, mask, softmax=softmax_global_max)),
+        "scaled_dot_product_attention-scores_offset_1e4",
+    ),
+    "attention_mean_shift": (
+        impl(lambda Q, K, V, mask=None: attention_matmul(Q, K, V, mask, softmax=softmax_mean_shift)),
+        "scaled_dot_product_attention-mask",
+    ),
+    "transpose_3d_only": (impl(transpose_3d_only), "4d_scaled_dot_product_attention-mask"),
+    "mask_unsqueezed_for_heads": (impl(mask_unsqueezed_for_heads), "scaled_dot_product_attention_mask-padding_3d"),
+    "checks_mask_shape": (impl(checks_mask_shape), "scaled_dot_product_attention_mask-padding_3d"),
     "no_scale_and_mask_flipped": (
         impl(lambda Q, K, V, mask=None: attention_matmul(Q, K, V, None if mask is None else ~mask, scale=1.0)),
         "scaled_dot_product_attention-mask",
@@ -281,9 +328,148 @@ DIAGNOSES = {
     "scales_q_in_place_with_grad": "in_place_on_input",
     "softmax_divides_in_place": "in_place_on_saved_tensor",
     "bmm_only_3d": "bmm_on_more_than_3d",
+    "softmax_mean_shift": "mean_shift",
+    "softmax_plus_epsilon": "epsilon_in_denominator",
+    "attention_plus_epsilon": "epsilon_in_denominator",
+    "attention_global_max": "global_max",
+    "attention_mean_shift": "mean_shift",
+    "transpose_3d_only": "transpose_3d_only",
+    "mask_unsqueezed_for_heads": "mask_shape_assumed",
+    "checks_mask_shape": "mask_shape_assumed",
 }
 
 
 def fingerprint(t: torch.Tensor) -> str:
     """Which case a tensor argument comes from: its shape, dtype and the sum of its magnitudes."""
     return f"{tuple(t.shape)}|{t.dtype}|{float(t.detach().double().abs().sum()):.6g}"
+
+
+# ---------------------------------------------------------------- lookalikes: other bugs with similar symptoms
+
+
+def attention_with(softmax):
+    return impl(lambda Q, K, V, mask=None: attention_matmul(Q, K, V, mask, softmax=softmax))
+
+
+def guarded_softmax(softmax):
+    """`softmax` with the NaN of all-False rows replaced by zeros."""
+    return lambda x, dim: torch.nan_to_num(softmax(x, dim))
+
+
+def changed_output(change):
+    return impl(lambda Q, K, V, mask=None: change(attention_matmul(Q, K, V, mask), mask))
+
+
+def all_false_rows_set(value):
+    def change(out, mask):
+        empty = ~mask.any(-1)
+        return torch.where(empty[..., None], value, out)
+
+    return changed_output(change)
+
+
+def raises(error):
+    def attention(Q, K, V, mask=None):
+        raise error
+
+    return impl(attention)
+
+
+def mask_added_as_ones(Q, K, V, mask=None):
+    return softmax_max_shift(_scores(Q, K) + (0 if mask is None else mask.to(Q.dtype)), -1) @ V
+
+
+def sqrt_in_graph(Q, K, V, mask=None):
+    return attention_matmul(Q, K, V, mask) + 0 * Q.sqrt().sum()  # NaN gradients for negative Q, everywhere
+
+
+def float32_promoting_mask(Q, K, V, mask=None):
+    scores = _scores(Q, K) + torch.zeros(mask.shape).masked_fill(~mask, -math.inf)
+    return torch.nan_to_num(softmax_max_shift(scores, -1)) @ V
+
+
+def resizes_q(Q, K, V, mask=None):
+    Q.resize_(Q.numel())
+    return attention_matmul(Q, K, V, mask)
+
+
+def checks_q_is_3d(Q, K, V, mask=None):
+    if Q.dim() != 3:
+        raise ValueError(f"Q must be (batch, seq, d), got {tuple(Q.shape)}")
+    return attention_matmul(Q, K, V, mask)
+
+
+A3, A4, MASKED = "scaled_dot_product_attention", "4d_scaled_dot_product_attention", "scaled_dot_product_attention_mask"
+# known mistake -> (a different bug with similar symptoms, the case it fails): its failure must not name the mistake
+LOOKALIKES = {
+    "no_scale": (impl(scaled(lambda Q, V: 0.5)), f"{A3}-no_mask"),
+    "scale_by_d_k": (impl(scaled(lambda Q, V: 0.5 / math.sqrt(Q.shape[-1]))), f"{A3}-no_mask"),
+    "scale_by_d_v": (impl(scaled(lambda Q, V: 1 / math.sqrt(V.shape[-1] + 1))), f"{A3}-d_k_ne_d_v"),
+    "scale_by_sequence_length": (impl(scaled(lambda Q, V: 1 / math.sqrt(Q.shape[-2]))), f"{A3}-d_k_ne_d_v"),
+    "mask_flipped": (
+        impl(lambda Q, K, V, mask=None: attention_matmul(Q, K, V, None if mask is None else mask.mT)),
+        f"{A3}-causal_mask",
+    ),
+    "mask_ignored": (impl(lambda Q, K, V, mask=None: attention_matmul(Q, K, V, mask, fill=-1.0)), f"{A3}-mask"),
+    "mask_after_softmax": (
+        impl(lambda Q, K, V, mask=None: mask_after_softmax(Q, K, V, None if mask is None else mask.mT)),
+        f"{A3}-causal_mask",
+    ),
+    "mask_multiplied_into_scores": (impl(mask_added_as_ones), f"{A4}-padding_mask"),
+    "softmax_over_queries": (
+        impl(lambda Q, K, V, mask=None: attention_matmul(Q, K, V, mask, softmax=lambda s, d: softmax_max_shift(s, 0))),
+        f"{A3}-no_mask",
+    ),
+    "scale_after_softmax": (
+        impl(lambda Q, K, V, mask=None: attention_matmul(Q, K, V, mask, scale=1.0) / Q.shape[-1]),
+        f"{A4}-causal_mask",
+    ),
+    "all_false_rows_mean_of_v": (all_false_rows_set(1.0), f"{MASKED}-all_false_rows"),
+    "all_false_rows_nan": (all_false_rows_set(math.inf), f"{MASKED}-all_false_rows"),
+    "nan_to_num_output": (impl(sqrt_in_graph), f"{MASKED}-all_false_rows"),
+    "no_max_shift": (
+        impl(softmax=lambda x, dim: no_shift_softmax(x.clamp(-80, 80), dim)),
+        "softmax-inputs_near_1e4",
+    ),
+    "global_max": (impl(softmax=lambda x, dim: no_shift_softmax(x - x.min(), dim)), "softmax-inputs_near_1e4"),
+    "mean_shift": (
+        impl(softmax=lambda x, dim: no_shift_softmax(x - x.median(dim, keepdim=True).values, dim)),
+        "softmax-wide_rows",
+    ),
+    "ignores_dim": (impl(softmax=lambda x, dim: softmax_max_shift(x, 0)), "softmax-dim_1"),
+    "sum_over_everything": (
+        impl(softmax=lambda x, dim: torch.exp(x - x.amax(dim, keepdim=True)) / torch.exp(x).sum(0)),
+        "softmax-last_dim",
+    ),
+    "float32_arithmetic": (impl(softmax=lambda x, dim: softmax_max_shift(x, dim) * (1 - 3e-7)), "softmax-float64"),
+    "epsilon_in_denominator": (
+        impl(softmax=lambda x, dim: softmax_max_shift(x.float(), dim).double()),
+        "softmax-float64",
+    ),
+    "mask_shape_assumed": (
+        impl(lambda Q, K, V, mask=None: attention_matmul(Q, K, V, None if mask is None else mask.unsqueeze(0))),
+        f"{MASKED}-padding_3d",
+    ),
+    "transpose_3d_only": (
+        impl(lambda Q, K, V, mask=None: attention_matmul(Q, K.transpose(0, 1), V, mask)),
+        f"{A4}-mask",
+    ),
+    "mask_none": (raises(TypeError("must be real number, not torch.Size")), f"{A3}-no_mask"),
+    "fill_overflows_float16": (impl(float32_promoting_mask), f"{A3}-float16"),
+    "boolean_index_with_broadcast_mask": (raises(IndexError("index 6 is out of bounds for dimension 2")), f"{A3}-mask"),
+    "view_on_non_contiguous": (
+        impl(lambda Q, K, V, mask=None: attention_matmul(Q, K, V, mask).view(-1, 7)),
+        f"{A3}-noncontiguous",
+    ),
+    "in_place_on_input": (impl(resizes_q), f"{A3}-grad"),
+    "in_place_on_saved_tensor": (
+        impl(lambda Q, K, V, mask=None: attention_matmul(Q, K, V, mask).detach()),
+        f"{A3}-grad",
+    ),
+    "bmm_on_more_than_3d": (
+        impl(lambda Q, K, V, mask=None: torch.mm(Q, K.mT)),
+        f"{A4}-no_mask",
+    ),
+}
+# a crash that the case's arguments and the student's line make a known mistake, next to one that only looks like it
+CRASH_LOOKALIKES = {"mask_shape_assumed": (impl(checks_q_is_3d), f"{A4}-padding_mask")}

@@ -12,9 +12,10 @@ from cs_basics.harness import diagnosis, results
 from cs_basics.harness.cases import CheckContext, run_call, run_case
 from cs_basics.harness.diagnosis import CRASHES, Mistake, explain_crash, matching, wrong_outputs
 from cs_basics.nn import functional
-from tests.cases import MISTAKES, guarded, scores
+from tests.mistakes import CRASHES as ASSIGNMENT_CRASHES
+from tests.mistakes import MISTAKES, guarded, scores
 
-from .implementations import BROKEN, CORRECT, DIAGNOSES, fingerprint, impl
+from .implementations import BROKEN, CORRECT, CRASH_LOOKALIKES, DIAGNOSES, LOOKALIKES, fingerprint, impl
 from .submissions import ROOT, run, submission
 
 KNOWN = re.compile(r"\(known mistake: (\w+)\)")
@@ -34,7 +35,8 @@ def failure(name, assignment, device) -> BaseException:
 
 
 def test_every_known_mistake_has_a_student_version():
-    library = {m.name for mistakes in MISTAKES.values() for m in mistakes} | {c.name for c in CRASHES}
+    crashes = {c.name for c in (*CRASHES, *ASSIGNMENT_CRASHES)}
+    library = {m.name for mistakes in MISTAKES.values() for m in mistakes} | crashes
     assert library == set(DIAGNOSES.values())
 
 
@@ -178,3 +180,53 @@ def test_the_student_readme_shows_the_message_of_a_real_run(assignment):
     with pytest.raises(AssertionError) as info:
         run_case(case, impl(flipped), assignment.store_for(case), torch.device("cpu"))
     assert str(info.value) + "\n" == shown
+
+
+@pytest.mark.parametrize("mistake", sorted(LOOKALIKES))
+def test_a_different_bug_with_similar_symptoms_is_not_given_the_mistakes_name(mistake, assignment, device):
+    for lookalike, case_id in [
+        LOOKALIKES[mistake],
+        *([CRASH_LOOKALIKES[mistake]] if mistake in CRASH_LOOKALIKES else []),
+    ]:
+        case = next(c for c in assignment.cases if c.id == case_id)
+        with pytest.raises(Exception) as info:  # it fails the case, one way or another
+            run_case(case, lookalike, assignment.store_for(case), device)
+        assert mistake not in named(info.value), f"{mistake} on {case_id}: {info.value}"
+
+
+def test_every_known_mistake_has_a_lookalike():
+    library = {m.name for mistakes in MISTAKES.values() for m in mistakes}
+    assert library | {c.name for c in (*CRASHES, *ASSIGNMENT_CRASHES)} == set(LOOKALIKES)
+
+
+@pytest.mark.parametrize(
+    ("name", "sentence"),
+    [
+        (
+            "checks_mask_shape",
+            "a mask of shape (3, 1, 7), which broadcasts to the scores' (3, 5, 7): the contract allows",
+        ),
+        ("mask_none_crash", "mask=None: the contract makes the mask optional"),
+        ("fill_minus_1e9_in_float16", "float16 inputs: -1e9 does not fit in float16"),
+        ("transpose_3d_only", "4D inputs (Q of shape (2, 2, 12, 64)): the contract allows any number of leading batch"),
+    ],
+)
+def test_a_crash_says_what_the_case_passed_in_pytest_and_in_the_grader_alike(name, sentence, assignment, device):
+    err = failure(name, assignment, device)
+    notes = list(err.__notes__)
+    assert any(
+        note == f"This case passed {sentence}" or note.startswith(f"This case passed {sentence}") for note in notes
+    )
+    case = next(c for c in assignment.cases if c.id == BROKEN[name][1])
+    error = f"your code raised {type(err).__name__}: {err}\n{diagnosis.folded_traceback(err)}"
+    explained = explain_crash(error, case, assignment.store_for(case).load(case.id)[0])
+    assert explained.split("\n")[1 : 1 + len(notes)] == ["  " + note for note in notes]
+
+
+def test_a_crash_traceback_shows_the_students_frames_and_folds_the_harness(assignment, device):
+    err = failure("transpose_3d_only", assignment, device)
+    folded = diagnosis.folded_traceback(err)
+    yours, _, rest = folded.partition(diagnosis.FOLDED)
+    assert "staff_tests/implementations.py" in yours and "transpose_3d_only" in yours
+    assert "cs_basics/harness" not in yours and "tests/cases.py" not in yours
+    assert f"RuntimeError: {err}" in rest

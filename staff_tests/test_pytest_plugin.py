@@ -102,3 +102,26 @@ def test_an_altered_fixture_fails_naming_the_file_and_the_fix(project_copy):
     assert result.returncode == 1
     assert "softmax-last_dim.safetensors does not match its checksum in MANIFEST.json" in result.stdout
     assert "uv run cs-basics fixtures" in result.stdout
+
+
+def test_code_placed_in_an_adapter_fails_as_the_grader_would_fail_it():
+    """The grader runs the course's tests/adapters.py: a solution written in an adapter is lost there."""
+    from types import SimpleNamespace
+
+    from cs_basics.harness.pytest_plugin import thick_adapter
+
+    def run_softmax(in_features, dim):
+        """A docstring and one call: the course's adapter."""
+        return in_features.softmax(dim)
+
+    def run_scaled_dot_product_attention(Q, K, V, mask=None):
+        scores = Q @ K.mT
+        return scores.softmax(-1) @ V
+
+    adapters = SimpleNamespace(
+        run_softmax=run_softmax, run_scaled_dot_product_attention=run_scaled_dot_product_attention
+    )
+    assert thick_adapter(adapters, "run_softmax") is None
+    message = thick_adapter(adapters, "run_scaled_dot_product_attention")
+    assert "run_scaled_dot_product_attention holds more than the one line" in message
+    assert "the grader runs the course's own tests/adapters.py" in message

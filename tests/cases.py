@@ -1,16 +1,15 @@
-"""Every graded case of this assignment, defined once, with the known mistakes of each problem.
+"""Every graded case of this assignment, defined once; the known mistakes are in tests/mistakes.py.
 
 The students' pytest run (tests/test_*.py) and the grader both read CASES. Each case's
 fixture (its inputs, and the expected values from a float64 oracle built on torch's own
 softmax and scaled_dot_product_attention) is made by `uv run cs-basics fixtures`. The
 harness (`cs_basics.harness.cases`) prepares the arguments, computes the gradients, checks
-every value and names the mistake in MISTAKES that a wrong answer reproduces.
+every value and names the mistake (tests/mistakes.py) that a wrong answer reproduces.
 """
 
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -19,10 +18,7 @@ import torch.nn.functional as F
 
 from cs_basics.harness.cases import Case, CheckContext, Tensors, Tolerances, check_outputs, randn
 from cs_basics.harness.compare import Tolerance
-from cs_basics.harness.diagnosis import Mistake
-
-SOFTMAX = "softmax"
-ATTENTION = "scaled_dot_product_attention"
+from tests.mistakes import ATTENTION, CRASHES, MISTAKES, SOFTMAX, attention_contract, softmax_contract
 
 FLOAT32 = Tolerance(atol=1e-6, rtol=1e-5)
 FLOAT32_GRAD = Tolerance(atol=1e-5, rtol=1e-4)
@@ -84,6 +80,16 @@ def integer_inputs(seed: int) -> Tensors:
     K[:, 5] = K[:, 2]  # tied keys split their weight exactly in half
     V = torch.randn(2, 8, 4, generator=gen)
     return {"Q": Q, "K": K, "V": V, "mask": random_mask(seed, 2, 6, 8)}
+
+
+def offset_inputs(seed: int) -> Tensors:
+    """Rows of scores offset by up to ~1e4 but spread less than 88 within a row, computed exactly in float32:
+    no maximum subtracted overflows each row, one maximum for all leaves only the top row, the mean works."""
+    gen = torch.Generator().manual_seed(seed)
+    Q = torch.randint(-100, 101, (2, 6, 16), generator=gen).float()
+    K = torch.randint(-100, 101, (1, 1, 16), generator=gen).float().expand(2, 8, 16).clone()
+    K[..., :2] += torch.randint(-1, 2, (2, 8, 2), generator=gen).float()  # keys differ in two dims only
+    return {"Q": Q, "K": K, "V": torch.randn(2, 8, 4, generator=gen)}
 
 
 def weights_inputs(seed: int) -> Tensors:
@@ -191,169 +197,6 @@ def check_all_false_rows(ctx: CheckContext) -> None:
             ctx.fail(f"{name}: rows of queries with an all-False mask must be exactly 0")
 
 
-# ---------------------------------------------------------------- known mistakes (float64, on a case's inputs)
-# Built on torch's own softmax and attention where they can be, which a student may not call:
-# the mistakes ship with the tests (the students' pytest run names them too), never a solution.
-
-
-def scores(Q, K, mask=None, *, scale=None, fill=-math.inf) -> torch.Tensor:
-    """Q K^T times the scale (1/sqrt(d_k) unless given), filled with `fill` where the mask is False."""
-    s = Q @ K.mT * (Q.shape[-1] ** -0.5 if scale is None else scale)  # (..., queries, keys)
-    return s if mask is None else s.masked_fill(~mask, fill)
-
-
-def sdpa(Q, K, V, mask=None, scale=None) -> torch.Tensor:
-    return F.scaled_dot_product_attention(Q, K, V, attn_mask=mask, scale=scale)
-
-
-def unshifted_softmax(x: torch.Tensor, dim: int) -> torch.Tensor:
-    return torch.exp(x) / torch.exp(x).sum(dim, keepdim=True)
-
-
-def guarded(weights: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    """Zero weights for queries whose mask row is all False, as they must be: one mistake at a time."""
-    return weights if mask is None else weights.masked_fill(~mask.any(-1, keepdim=True), 0.0)
-
-
-def attention_mistake(name: str, advice: str, wrong: Callable, **kw: Any) -> Mistake:
-    return Mistake(name, advice, {"run_scaled_dot_product_attention": wrong}, **kw)
-
-
-def softmax_mistake(name: str, advice: str, wrong: Callable, **kw: Any) -> Mistake:
-    return Mistake(name, advice, {"run_softmax": wrong}, **kw)
-
-
-# float32 arithmetic shows only on float64 cases, within float32's tolerance; where exp
-# overflows (no max shift) depends on the dtype: those mistakes are computed in the case's dtype
-IN_FLOAT32 = {"dtypes": (torch.float64,), "tolerance": (FLOAT32, FLOAT32_GRAD)}
-MISTAKES = {
-    SOFTMAX: (
-        softmax_mistake(
-            "no_max_shift",
-            "exp overflowed to inf (or every term underflowed to 0) because the maximum was not subtracted "
-            "first; subtract the maximum along `dim` (keepdim=True), which leaves the softmax unchanged",
-            unshifted_softmax,
-            in_case_dtype=True,
-        ),
-        softmax_mistake(
-            "global_max",
-            "you subtracted the maximum of the whole tensor, so slices far below it underflow to 0/0; "
-            "subtract each slice's own maximum along `dim`",
-            lambda x, dim: unshifted_softmax(x - x.max(), dim),
-            in_case_dtype=True,
-        ),
-        softmax_mistake(
-            "ignores_dim",
-            "the softmax is taken over the last dim whatever `dim` says; pass `dim` to every reduction "
-            "(with keepdim=True)",
-            lambda x, dim: torch.softmax(x, -1),
-        ),
-        softmax_mistake(
-            "sum_over_everything",
-            "you divided by the sum over the whole tensor, not by the sum along `dim` (keepdim=True)",
-            lambda x, dim: torch.exp(x - x.amax(dim, keepdim=True)) / torch.exp(x - x.amax(dim, keepdim=True)).sum(),
-        ),
-        softmax_mistake(
-            "float32_arithmetic",
-            "your float64 result is only as accurate as float32 arithmetic: something inside computes in "
-            "float32 (a .float(), or a tensor made without dtype=x.dtype); keep the input's dtype throughout",
-            lambda x, dim: torch.softmax(x.float(), dim).double(),
-            **IN_FLOAT32,
-        ),
-    ),
-    ATTENTION: (
-        attention_mistake(
-            "no_scale",
-            "the scores are not divided by sqrt(d_k); compute Q K^T / sqrt(d_k), d_k = Q.shape[-1]",
-            lambda Q, K, V, mask=None: sdpa(Q, K, V, mask, scale=1.0),
-        ),
-        attention_mistake(
-            "scale_by_d_k",
-            "the scores are divided by d_k, not by its square root; divide by math.sqrt(d_k)",
-            lambda Q, K, V, mask=None: sdpa(Q, K, V, mask, scale=1 / Q.shape[-1]),
-        ),
-        attention_mistake(
-            "scale_by_d_v",
-            "the scores are divided by sqrt(d_v), V's last dim; the scale is 1 / sqrt(d_k), d_k = Q.shape[-1]",
-            lambda Q, K, V, mask=None: sdpa(Q, K, V, mask, scale=V.shape[-1] ** -0.5),
-        ),
-        attention_mistake(
-            "scale_by_sequence_length",
-            "the scores are divided by the square root of the number of keys (a shape[-2] where shape[-1] was "
-            "meant); the scale is 1 / sqrt(d_k), d_k = Q.shape[-1]",
-            lambda Q, K, V, mask=None: sdpa(Q, K, V, mask, scale=K.shape[-2] ** -0.5),
-        ),
-        attention_mistake(
-            "mask_flipped",
-            "the mask's polarity is flipped: True means this query MAY attend to this key, so fill the "
-            "scores where the mask is False (masked_fill(~mask, -inf))",
-            lambda Q, K, V, mask=None: sdpa(Q, K, V, None if mask is None else ~mask),
-        ),
-        attention_mistake(
-            "mask_ignored",
-            "the mask made no difference: fill the scores where it is False with -inf before the softmax "
-            "(masked_fill returns a new tensor: keep its result)",
-            lambda Q, K, V, mask=None: sdpa(Q, K, V),
-        ),
-        attention_mistake(
-            "mask_after_softmax",
-            "the mask was applied after the softmax, so the weights left no longer sum to 1; fill the scores "
-            "with -inf before the softmax instead",
-            lambda Q, K, V, mask=None: torch.softmax(scores(Q, K), -1) * (1 if mask is None else mask) @ V,
-        ),
-        attention_mistake(
-            "mask_multiplied_into_scores",
-            "the scores were multiplied by the mask, which makes masked scores 0, not -inf, so masked keys "
-            "still get weight; use scores.masked_fill(~mask, -inf)",
-            lambda Q, K, V, mask=None: torch.softmax(scores(Q, K) * (1 if mask is None else mask), -1) @ V,
-        ),
-        attention_mistake(
-            "softmax_over_queries",
-            "the softmax normalizes over the queries (dim -2); each query's weights over the keys must "
-            "sum to 1: softmax over the last dim",
-            lambda Q, K, V, mask=None: guarded(torch.softmax(scores(Q, K, mask), -2), mask) @ V,
-        ),
-        attention_mistake(
-            "scale_after_softmax",
-            "the weights were divided by sqrt(d_k) after the softmax; divide the scores before it",
-            lambda Q, K, V, mask=None: sdpa(Q, K, V, mask, scale=1.0) / math.sqrt(Q.shape[-1]),
-        ),
-        attention_mistake(
-            "all_false_rows_mean_of_v",
-            "a query whose mask row is all False got the mean of V: a finite fill (-1e9, finfo.min) makes "
-            "its weights uniform; give such rows zero weights",
-            lambda Q, K, V, mask=None: torch.softmax(scores(Q, K, mask, fill=-1e9), -1) @ V,
-        ),
-        attention_mistake(
-            "all_false_rows_nan",
-            "a query whose mask row is all False got NaN: with a -inf fill its softmax is 0/0; give such "
-            "rows zero weights",
-            lambda Q, K, V, mask=None: torch.softmax(scores(Q, K, mask), -1) @ V,
-        ),
-        attention_mistake(
-            "nan_to_num_output",
-            "the output is right, but NaN flows back through the gradients: replacing NaN in the output "
-            "(nan_to_num) leaves the 0/0 of all-False rows in the graph; zero those rows' weights instead",
-            lambda Q, K, V, mask=None: (torch.softmax(scores(Q, K, mask), -1) @ V).nan_to_num(0.0),
-        ),
-        attention_mistake(
-            "no_max_shift",
-            "exp overflowed to inf because your softmax does not subtract the maximum first; subtract "
-            "each row's maximum of the scores (keepdim=True), which leaves the softmax unchanged",
-            lambda Q, K, V, mask=None: guarded(unshifted_softmax(scores(Q, K, mask), -1), mask) @ V,
-            in_case_dtype=True,
-        ),
-        attention_mistake(
-            "float32_arithmetic",
-            "your float64 result is only as accurate as float32 arithmetic: something inside computes in "
-            "float32 (a .float(), or a tensor made without dtype=Q.dtype); keep Q's dtype throughout",
-            lambda Q, K, V, mask=None: sdpa(Q.float(), K.float(), V.float(), mask).double(),
-            **IN_FLOAT32,
-        ),
-    ),
-}
-
-
 # ---------------------------------------------------------------- the cases
 
 
@@ -370,23 +213,32 @@ def attention(
     tolerance = low_precision if dtype in LOW_PRECISION_FLOOR else TOLERANCES
     return Case(
         ATTENTION, test, param, seed, make, attention_oracle, call_attention, tolerance, check,
-        dtype=dtype, view=view, mistakes=MISTAKES[ATTENTION],
+        dtype=dtype, view=view, mistakes=MISTAKES[ATTENTION], crashes=CRASHES, contract=attention_contract,
     )  # fmt: skip
 
 
 def softmax(
-    param: str, seed: int, dim: int, shift: float = 0.0, grad: bool = False, dtype: torch.dtype = torch.float32
+    param: str,
+    seed: int,
+    dim: int,
+    shift: float = 0.0,
+    grad: bool = False,
+    dtype: torch.dtype = torch.float32,
+    spread: float = 1.0,
 ) -> Case:
+    """Values of scale 3; the first slice shifted up by `shift`, the second down, the third spread wider."""
+
     def make(seed: int) -> Tensors:
         x = randn(seed, 4, 6, 10) * 3
         x[0] += shift
         x[1] -= shift
+        x[2] *= spread
         return {"x": x} | ({"grad_out": randn(seed + 1, 4, 6, 10)} if grad else {})
 
     oracle = functools.partial(softmax_oracle, dim=dim)
     return Case(
         SOFTMAX, "test_softmax", param, seed, make, oracle, call_softmax, TOLERANCES,
-        dtype=dtype, constants={"dim": dim}, mistakes=MISTAKES[SOFTMAX],
+        dtype=dtype, constants={"dim": dim}, mistakes=MISTAKES[SOFTMAX], contract=softmax_contract,
     )  # fmt: skip
 
 
@@ -405,6 +257,8 @@ CASES: list[Case] = [
     softmax("inputs_near_1e4", 13, dim=-1, shift=1e4),
     softmax("grad", 14, dim=-1, grad=True),
     softmax("float64", 15, dim=-2, dtype=torch.float64),
+    # no max subtracted, one max for the whole tensor, the mean subtracted: each breaks other slices here
+    softmax("wide_rows", 16, dim=-1, shift=1e4, spread=300),
     # 3D (batch, seq, d)
     attention(SDPA_3D, "mask", 0, lambda seed: cs336_inputs(mask=True)),
     attention(SDPA_3D, "no_mask", 0, lambda seed: cs336_inputs(mask=False)),
@@ -420,6 +274,7 @@ CASES: list[Case] = [
         view=noncontiguous,
     ),
     attention(SDPA_3D, "scores_near_1e4", 25, integer_inputs),
+    attention(SDPA_3D, "scores_offset_1e4", 29, offset_inputs),
     attention(
         SDPA_3D,
         "float64",

@@ -32,7 +32,7 @@ from cs_basics.harness.device import supports_float64
 from cs_basics.harness.fixtures import FixtureStore
 
 if TYPE_CHECKING:
-    from cs_basics.harness.diagnosis import Mistake
+    from cs_basics.harness.diagnosis import Crash, Mistake
 
 Tensors = dict[str, torch.Tensor]
 Tolerances = tuple[Tolerance, Tolerance]  # (outputs, gradients)
@@ -119,6 +119,7 @@ def check_outputs(ctx: CheckContext) -> None:
 
 def gradients(out: Any, args: dict[str, Any]) -> dict[str, Any]:
     """Each leaf's gradient for the upstream gradient `grad_out`; none if the output is cut from them."""
+    __tracebackhide__ = True
     grad_out = args.get(GRAD_OUT)
     if grad_out is None or not isinstance(out, torch.Tensor) or not out.requires_grad or out.shape != grad_out.shape:
         return {}
@@ -144,6 +145,9 @@ class Case:
     leaves: tuple[str, ...] | None = None  # the inputs that get gradients (default: every floating-point one)
     view: Callable[[dict[str, Any]], dict[str, Any]] | None = None  # lays the arguments out as strided views
     mistakes: Sequence[Mistake] = field(default=(), compare=False, repr=False)  # of this case's problem
+    crashes: Sequence[Crash] = field(default=(), compare=False, repr=False)  # its own, beyond diagnosis.CRASHES
+    # what the case passed, in the contract's terms, as sentences for a crash ("Type: message") on these arguments
+    contract: Callable[[dict[str, Any], str], list[str]] | None = field(default=None, compare=False, repr=False)
     weight: float = 1.0
     hidden: bool = False
     description: str = field(default="", compare=False)
@@ -174,6 +178,7 @@ class Case:
 
     def call(self, adapters: ModuleType, args: dict[str, Any]) -> dict[str, Any]:
         """Run the student's code: the adapter call, the gradients of "out", and the inputs as they are after."""
+        __tracebackhide__ = True  # pytest shows the student's frames, not the harness's
         outputs = dict(self.adapter_call(adapters, args))
         outputs |= gradients(outputs.get("out"), args)
         return outputs | {f"after.{n}": t for n, t in args.items() if isinstance(t, torch.Tensor) and n != GRAD_OUT}
@@ -203,6 +208,7 @@ def points_by_case(cases: Sequence[Case], problem_points: Mapping[str, float], p
 
 def run_call(case: Case, adapters: ModuleType, inputs: Tensors, device: torch.device) -> dict[str, Any]:
     """The student side: prepare the arguments and call the student's code."""
+    __tracebackhide__ = True
     args = case.prepare(inputs, device)
     return case.call(adapters, args)
 
@@ -216,6 +222,6 @@ def run_check(case: Case, inputs: Tensors, expected: Tensors, outputs: Mapping[s
 def run_case(case: Case, adapters: ModuleType, store: FixtureStore, device: torch.device) -> None:
     """Both sides in one process: what the students' pytest run does."""
     inputs, expected = store.load(case.id)
-    with diagnosis.crashes_noted():
+    with diagnosis.crashes_noted(case, inputs):
         outputs = run_call(case, adapters, inputs, device)
     run_check(case, inputs, expected, outputs, device)

@@ -44,15 +44,22 @@ def bounded(value: object, limit: int) -> object:
     return value
 
 
-def error_text(err: BaseException) -> tuple[str, str]:
+def error_text(err: BaseException, code: Path | None = None) -> tuple[str, str]:
     """("Type: message", traceback), each cut, calling the exception's __str__ once (one that never returns
-    runs into the case's time limit) and never formatting the uncut message again."""
+    runs into the case's time limit) and never formatting the uncut message again. With the staged `code`,
+    the traceback shows the student's frames first and folds the harness's."""
     try:
         message = f"{cut(str(type(err).__name__), 200)}: {cut(str(err))}"
     except Exception as failed:  # a __str__ that raises
         message = f"{type(err).__name__}: (its message could not be read: {type(failed).__name__})"
-    frames = "".join(traceback.format_tb(err.__traceback__, limit=-6))
-    return message, cut(f"Traceback (most recent call last):\n{frames}{message}", TRACEBACK_LIMIT)
+    try:
+        from cs_basics.harness.diagnosis import folded_traceback
+
+        where = folded_traceback(err, [__file__], code, message=message)
+    except Exception:  # the harness not importable yet (an import error), or a frame it cannot read
+        frames = "".join(traceback.format_tb(err.__traceback__, limit=-6))
+        where = f"Traceback (most recent call last):\n{frames}{message}"
+    return message, cut(where, TRACEBACK_LIMIT)
 
 
 class Reporter:
@@ -74,10 +81,10 @@ class Reporter:
             line = line.encode()
         os.write(self.fd, line)
 
-    def failed(self, case_id: str, err: BaseException, record: object) -> None:
+    def failed(self, case_id: str, err: BaseException, record: object, code: Path | None = None) -> None:
         """A case's error; if even that cannot be put into words (MemoryError), a fixed message instead."""
         try:
-            message, where = error_text(err)
+            message, where = error_text(err, code)
             self.send(event="error", case=case_id, message=message, traceback=where, record=record.to_json())
         except BaseException as failed:
             with contextlib.suppress(BaseException):
@@ -160,7 +167,7 @@ def run_job(job: dict, progress: int, isolated: bool, import_paths: list[str]) -
         cases = {c.id: c for module in job["case_modules"] for c in importlib.import_module(module).CASES}
         from cs_basics.harness.cases import run_call
     except BaseException as err:  # a stub, a SyntaxError, an ImportError, SystemExit at import
-        report.send(event="import_error", message=error_text(err)[1])
+        report.send(event="import_error", message=error_text(err, code)[1])
         return
     device = torch.device(job["device"])
     torch.zeros(1, device=device)  # the device's start-up (CUDA's takes seconds) counts before the first case
@@ -175,7 +182,7 @@ def run_job(job: dict, progress: int, isolated: bool, import_paths: list[str]) -
                 outputs = run_call(case, adapters, inputs, device)
             save_outputs(outputs, job_dir / "out" / f"{case_id}.safetensors")
         except BaseException as err:  # KeyboardInterrupt and SystemExit too: the case failed, grading goes on
-            report.failed(case_id, err, watch.record)
+            report.failed(case_id, err, watch.record, code)  # the student's frames first
             continue
         report.send(event="done", case=case_id, record=watch.record.to_json())
     report.send(event="finished")

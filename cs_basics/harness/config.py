@@ -9,6 +9,8 @@ student_code = ["cs_basics"]            # what grading takes from a submission
 staff_code = ["mypkg/grading_aids.py"] # ...except these, always taken from this repository (cs_basics's
                                        # own harness, study and cli.py always are: see grading.TOOLING)
 handout_exclude = ["staff_tests"]       # left out of the student handout (besides `hidden`)
+one_line_adapters = true                # each adapter only calls the student's function: pytest fails a case
+                                        # whose adapter holds more, as the grader (the course's adapters) would
 forbidden = ["torch.nn.functional.scaled_dot_product_attention"]  # every problem's, before its own
 forbidden_ops = ["aten._scaled_dot_product_*"]
 

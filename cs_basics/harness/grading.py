@@ -210,9 +210,9 @@ def ungraded(assignment: Assignment, cases: list[Case], refused: Ungradable, sta
 
 
 def verdict(assignment: Assignment, case: Case, run: CaseRun, device: torch.device) -> tuple[bool, str]:
-    if run.error is not None:
-        return False, explain_crash(run.error)
     inputs, expected = assignment.store_for(case).load(case.id)
+    if run.error is not None:
+        return False, explain_crash(run.error, case, inputs)
     try:
         run_check(case, inputs, expected, run.outputs or {}, device)
     except AssertionError as err:
