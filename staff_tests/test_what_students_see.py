@@ -46,8 +46,9 @@ def scaled_dot_product_attention(Q, K, V, mask=None):
     return _reference_attention(Q, K, V, mask)
 """
 
-# Keeps every input in /tmp and in its working folder, prints all it kept on every later call, from a
-# thread, and from a handler at exit, and raises one case's first input in an exception message.
+# Keeps each call's inputs in /tmp and in its working folder; each call prints what the call before kept,
+# a thread prints each new line kept, as does a handler at exit; and a case's first input is raised in an
+# exception's message. Short lines: what is printed stays well inside the 64 KiB of output kept.
 CARRIES_ITS_INPUTS = """
 import atexit as _atexit
 import os as _os
@@ -58,32 +59,33 @@ _reference_softmax, _reference_attention = softmax, scaled_dot_product_attention
 _KEPT = ["/tmp/kept-inputs.txt", "kept-inputs.txt"]
 
 
-def _everything_kept():
-    text = ""
+def _last_kept():
     for path in _KEPT:
         if _os.path.exists(path):
             with open(path) as f:
-                text += f.read()
-    return text
+                return (f.read().splitlines() or [""])[-1]
+    return ""
 
 
 def _keep(*tensors):
-    for t in tensors:
-        if t is not None and t.is_floating_point():
-            for path in _KEPT:
-                with open(path, "a") as f:
-                    f.write(" ".join(repr(v) for v in t.detach().flatten().tolist()) + "\\n")
-    print(_everything_kept(), flush=True)
+    print("kept before:", _last_kept(), flush=True)
+    values = [repr(v) for t in tensors if t is not None and t.is_floating_point() for v in t.flatten().tolist()[:5]]
+    for path in _KEPT:
+        with open(path, "a") as f:
+            f.write(" ".join(values) + "\\n")
 
 
-def _tell_everything():
+def _tell_what_is_kept():
+    told = ""
     while True:
-        _time.sleep(0.01)
-        print(_everything_kept(), flush=True)
+        _time.sleep(0.005)
+        if _last_kept() != told:
+            told = _last_kept()
+            print("kept:", told, flush=True)
 
 
-_threading.Thread(target=_tell_everything, daemon=True).start()
-_atexit.register(lambda: print(_everything_kept(), flush=True))
+_threading.Thread(target=_tell_what_is_kept, daemon=True).start()
+_atexit.register(lambda: print("kept at exit:", _last_kept(), flush=True))
 
 
 def softmax(in_features, dim):

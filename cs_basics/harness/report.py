@@ -2,14 +2,14 @@
 
 Reads any folder of Gradescope results files (a batch's `<name>.json`, or `<name>/results.json`,
 e.g. results graded elsewhere) and only Gradescope's fields: `score` and each test's `name`, `score`,
-`max_score`, `status`, `output` and `tags` (the first tag is the problem). It writes, into one folder:
+`max_score`, `status`, `output`, `tags` (the first tag is the problem) and `visibility`. It writes, into one folder:
 
 - `scores.csv` (merge only; a batch writes its own): each submission's score, the most it could get, and
   why grading did not complete, if it did not;
-- `items.csv` (for the staff: it quotes hidden cases' failure messages): per case, its visibility, how
-  many submissions have it, its pass rate, mean and max score, the most common diagnosed mistakes
-  (`(known mistake: <name>)` in a failure message) and, for failures without one, the most common first
-  lines of the failure message, each with its count;
+- `items.csv` (for the staff: it quotes hidden cases' failure messages): per case, how many submissions
+  have it, its pass rate, mean and max score, the most common diagnosed mistakes (`(known mistake:
+  <name>)` in a failure message) and, for failures without one, the most common first lines of the
+  failure message, each with its count, and its visibility;
 - `problems.csv`: per problem, the distribution of submissions' scores;
 - `totals.png` (a histogram of totals) and `pass_rates.png` (per-case pass rates as bars).
 
@@ -43,8 +43,8 @@ MISTAKE = re.compile(r"\(known mistake: ([^()]+?)\)")
 TOP = 3  # how many mistakes or failure lines per case
 UNTAGGED = "(untagged)"
 SCORE_FIELDS = ["submission", "score", "max_score", "error"]
-ITEM_FIELDS = ["case", "problem", "visibility", "submissions", "passed", "pass_rate", "mean_score", "max_score"]
-ITEM_FIELDS += ["mistakes", "other_failures"]
+ITEM_FIELDS = ["case", "problem", "submissions", "passed", "pass_rate", "mean_score", "max_score", "mistakes"]
+ITEM_FIELDS += ["other_failures", "visibility"]  # hidden cases' rows quote their messages: a staff file
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")  # a cell a spreadsheet may run (OWASP's CSV injection)
 PROBLEM_FIELDS = ["problem", "max_score", "submissions", "mean", "median", "min", "max", "zero", "full"]
 PROBLEM_FIELDS += ["distribution"]
