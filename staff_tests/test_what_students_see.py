@@ -170,6 +170,34 @@ def test_a_hidden_case_that_breaks_the_rule_names_itself_only_in_its_own_entry(a
     assert any("aten._softmax" in t["output"] for t in softmax if t["visibility"] != "visible")
 
 
+def test_a_message_for_the_staff_forged_in_a_hidden_case_reaches_only_hidden_entries(assignment, worker, tmp_path):
+    """A "stop grading, the staff must act" message would be shown everywhere: from a hidden case's process
+    (whose checks for the staff all passed before the public cases ran) it only fails the hidden cases."""
+    code = """
+    import json as _json
+    import os as _os
+
+    _reference_softmax = softmax
+
+
+    def softmax(in_features, dim):
+        if in_features.requires_grad and dim == 0:  # only a hidden case
+            line = _json.dumps({"event": "staff_error", "message": repr(in_features.flatten()[0].item())})
+            for fd in range(3, 64):
+                try:
+                    _os.write(fd, (line + "\\n").encode())
+                except OSError:
+                    pass
+        return _reference_softmax(in_features, dim)
+    """
+    result = grade(assignment, submission(tmp_path, code), torch.device("cpu"), worker=worker)
+    data = json.loads(json.dumps(results_json(result)))
+    forged = hidden_numbers(assignment)["hidden_softmax-grad_dim_0"][0]
+    assert forged not in student_visible(data)
+    assert any(forged in t["output"] for t in data["tests"] if t["visibility"] != "visible")
+    assert all(t["status"] == "passed" for t in data["tests"] if t["visibility"] == "visible")
+
+
 def test_the_course_chooses_when_students_see_hidden_cases(assignment, tmp_path):
     table = dict(assignment.table, hidden_visibility="after_due_date")
     course = type(assignment)(assignment.root, table)

@@ -478,6 +478,10 @@ def run_once(worker: Worker, job: dict, cases: list[str], state: RunState) -> tu
             if event is None:  # a limit passed, or the grader is stopping
                 return state.out_of_time(remaining, current, started)
             kind, case = event.get("event"), event.get("case")
+            if kind == "staff_error" and state.hidden:  # every check for the staff passed before the public cases:
+                why = f"the process running your code stopped: {event.get('message', '')}"  # this may hold hidden data
+                state.halt(remaining, why)
+                return [], False
             if kind == "staff_error":
                 raise StaffError(str(event.get("message", "")))
             if kind == "import_error":
