@@ -633,6 +633,8 @@ def run_cases(
 def run_phase(worker: Worker, job: dict, cases: list[str], state: RunState) -> None:
     """`cases` in one child after another until each has a run; then every process of the job ended and
     the outputs of `cases` read (a process left could otherwise change them later)."""
+    if not cases:
+        return
     remaining, retry = list(cases), True
     while remaining and retry:
         remaining = state.skip_stuck_problems(remaining)
