@@ -20,6 +20,7 @@ def cmd_grade(args: argparse.Namespace) -> int:
     from cs_basics.harness.batch import grade_many, is_batch
     from cs_basics.harness.config import Assignment
     from cs_basics.harness.grade_command import grade_one, limits_from
+    from cs_basics.harness.results import printable
     from cs_basics.harness.shards import ShardError
 
     assignment = Assignment.find(args.project)
@@ -28,10 +29,11 @@ def cmd_grade(args: argparse.Namespace) -> int:
         try:
             return grade_many(assignment, submission, args.results or Path("results"), args)
         except ShardError as err:
-            print(f"cs-basics grade: {err}", file=sys.stderr)
+            print(printable(f"cs-basics grade: {err}"), file=sys.stderr)
             return 2
     if args.shard:
-        print(f"cs-basics grade: --shard needs a folder of submissions; {submission} is one", file=sys.stderr)
+        why = f"cs-basics grade: --shard needs a folder of submissions; {submission} is one"
+        print(printable(why), file=sys.stderr)
         return 2
     results = args.results or Path("results.json")
     return grade_one(assignment, submission, results, args.device, limits_from(args), sandbox=args.sandbox)
@@ -39,6 +41,7 @@ def cmd_grade(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from cs_basics.harness.report import ReportError, analyse, load_folder, merge, print_analysis, unfinished_message
+    from cs_basics.harness.results import printable
     from cs_basics.harness.shards import submission_folders
 
     try:
@@ -46,13 +49,13 @@ def cmd_report(args: argparse.Namespace) -> int:
             missing = merge(args.folders, args.out, args.submissions)
             if missing:
                 names = [p.name for p in submission_folders(args.submissions)]
-                print(f"cs-basics merge: {unfinished_message(missing, names, args.shards)}", file=sys.stderr)
+                print(printable(f"cs-basics merge: {unfinished_message(missing, names, args.shards)}"), file=sys.stderr)
                 return 1
         else:
             results = load_folder(args.folder)
             print_analysis(analyse(results, args.out or args.folder), caption=f"{len(results)} submissions")
     except ReportError as err:
-        print(f"cs-basics {args.command}: {err}", file=sys.stderr)
+        print(printable(f"cs-basics {args.command}: {err}"), file=sys.stderr)
         return 2
     return 0
 

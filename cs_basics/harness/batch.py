@@ -17,6 +17,7 @@ from pathlib import Path
 from threading import Lock
 
 import torch
+from rich.markup import escape
 from rich.progress import Progress
 
 from cs_basics.harness.config import Assignment
@@ -24,7 +25,7 @@ from cs_basics.harness.device import choose_device
 from cs_basics.harness.grade_command import grade_safely, limits_from, stopping_on_signals
 from cs_basics.harness.regrade import Planned, plan, read_results, settings_of, stamp
 from cs_basics.harness.report import SCORES, analyse, print_analysis, score_row, write_scores
-from cs_basics.harness.results import write_results
+from cs_basics.harness.results import printable, write_results
 from cs_basics.harness.sandbox import STOP, StaffError, Worker
 from cs_basics.harness.shards import resolve_shard, select, submission_folders
 
@@ -89,7 +90,8 @@ def grade_many(assignment: Assignment, folder: Path, results_dir: Path, args: ar
             failures.append(str(err))
 
     with stopping_on_signals() as came, Progress() as progress:
-        task = progress.add_task(f"grading {what} ({len(skipped)} unchanged: skipped)", total=len(planned))
+        doing = escape(printable(f"grading {what} ({len(skipped)} unchanged: skipped)"))
+        task = progress.add_task(doing, total=len(planned))
         progress.advance(task, len(skipped))
         threads = [threading.Thread(target=work) for _ in range(min(workers, len(todo)))]
         for thread in threads:
@@ -102,8 +104,8 @@ def grade_many(assignment: Assignment, folder: Path, results_dir: Path, args: ar
     summary = f"{what}: {len(todo)} graded, {len(skipped)} unchanged since their last grade (skipped; --force)"
     results = {p.submission.name: read_results(p.results) for p in planned}
     print_analysis(analyse(results, results_dir), caption=summary)
-    print(f"{summary}; scores in {results_dir / SCORES}")
+    print(printable(f"{summary}; scores in {results_dir / SCORES}"))
     if failures:
-        print(f"cs-basics grade: {failures[0]}", file=sys.stderr)
+        print(printable(f"cs-basics grade: {failures[0]}"), file=sys.stderr)
         return 2
     return 128 + (came[0] if came else signal.SIGTERM) if STOP.is_set() else 0

@@ -5,6 +5,8 @@ fixtures = "fixtures"                   # folder of stored tensors, relative to 
 cases = "tests.cases"                   # module (importable from the root) defining CASES
 adapters = "tests.adapters"             # module that plugs the student's code in
 hidden = "hidden"                       # staff only: hidden/cases.py (CASES) and hidden/fixtures/
+hidden_visibility = "after_published"   # when students see hidden cases' entries (Gradescope's values:
+                                        # after_published, after_due_date or hidden)
 student_code = ["cs_basics"]            # what grading takes from a submission
 staff_code = ["mypkg/grading_aids.py"] # ...except these, always taken from this repository (cs_basics's
                                        # own harness, study and cli.py always are: see grading.TOOLING)
@@ -34,6 +36,8 @@ from types import ModuleType
 
 from cs_basics.harness.cases import Case, points_by_case
 from cs_basics.harness.fixtures import FixtureStore
+
+HIDDEN_VISIBILITIES = ("after_published", "after_due_date", "hidden")  # Gradescope's, for hidden cases' entries
 
 
 class ConfigError(Exception):
@@ -95,6 +99,18 @@ class Assignment:
         """The staff-only folder of hidden cases, if this copy has one (a handout does not)."""
         name = self.table.get("hidden")
         return self.root / name if name and (self.root / name).is_dir() else None
+
+    @property
+    def hidden_visibility(self) -> str:
+        """Gradescope's `visibility` of hidden cases' entries: everything a hidden case printed, raised or
+        computed goes there, and only there."""
+        value = self.table.get("hidden_visibility", HIDDEN_VISIBILITIES[0])
+        if value not in HIDDEN_VISIBILITIES:
+            raise ConfigError(
+                f"{self.root / 'pyproject.toml'}: [tool.cs-basics] hidden_visibility = {value!r}; "
+                f"choose one of {', '.join(HIDDEN_VISIBILITIES)}"
+            )
+        return value
 
     @cached_property
     def hidden_store(self) -> FixtureStore | None:

@@ -17,11 +17,12 @@ from pathlib import Path
 
 import torch
 from rich.console import Console
+from rich.markup import escape
 
 from cs_basics.harness.config import Assignment
 from cs_basics.harness.device import choose_device
 from cs_basics.harness.grading import Grade, GradingError, grade
-from cs_basics.harness.results import placeholder, print_table, results_json, write_results
+from cs_basics.harness.results import placeholder, print_table, printable, results_json, write_results
 from cs_basics.harness.sandbox import STOP, Limits, Worker, request_stop
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -93,13 +94,13 @@ def grade_one(
             result = grade_safely(assignment, submission, results, device, limits, sandbox=sandbox, worker=worker)
     if isinstance(result, str):
         write_results(results, placeholder(assignment, f"grading stopped: {result}"))
-        print(f"cs-basics grade: {result}\nthe results file {results} gives 0 points", file=sys.stderr)
+        print(printable(f"cs-basics grade: {result}\nthe results file {results} gives 0 points"), file=sys.stderr)
         return 2
     for note in result.notes:
-        print(f"cs-basics grade: {note}", file=sys.stderr)
+        print(printable(f"cs-basics grade: {note}"), file=sys.stderr)
     if not quiet:
         print_table(result, console)
-    console.print(f"score {result.score:.3g}/{result.max_score:.3g}; results written to {results}")
+    console.print(escape(printable(f"score {result.score:.3g}/{result.max_score:.3g}; results written to {results}")))
     if came or STOP.is_set():
         print(f"cs-basics grade: stopped by {signal.Signals(came[0]).name if came else 'a signal'}", file=sys.stderr)
         return 128 + (came[0] if came else signal.SIGTERM)

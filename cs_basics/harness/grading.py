@@ -3,6 +3,8 @@
 The grading process never imports student code: it reads the submission's files (to stage
 them and to apply the from-scratch rule to their syntax trees), hands the child only each
 case's inputs, and compares what comes back with expected values the child cannot read.
+Hidden cases' inputs are handed over only after every public case ran (sandbox.run_cases), and
+everything a hidden case printed, raised or computed is kept for that case's own entry.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from safetensors.torch import save_file
 
 from cs_basics.harness import intake
 from cs_basics.harness.cases import Case, run_check
-from cs_basics.harness.config import Assignment
+from cs_basics.harness.config import Assignment, ConfigError
 from cs_basics.harness.diagnosis import explain_crash
 from cs_basics.harness.fromscratch import TOOLING, FromScratch, excluded_code, runtime_breach
 from cs_basics.harness.fromscratch import student_files as student_files  # the handout's import
@@ -26,6 +28,12 @@ from cs_basics.harness.sandbox import CaseRun, Limits, StaffError, Worker, pytho
 from cs_basics.harness.scan import Unreadable
 
 PACKAGE = Path(__file__).resolve().parents[1]  # the grader's own cs_basics
+
+
+HIDDEN_BREACH = (  # a public case's entry, when a hidden case broke the rule: that case's entry says how
+    "0 points for {problem}: it must be written from scratch, but a hidden case ran what the rule forbids; "
+    "that case's entry says which operator and where, once its results are shown"
+)
 
 
 class GradingError(Exception):
@@ -48,6 +56,14 @@ class TestResult:
     passed: bool
     output: str
     seconds: float = 0.0
+    printed: str = ""  # a hidden case's: what the code printed while it ran
+
+    @property
+    def message(self) -> str:
+        """The entry's text: the verdict, then what a hidden case printed (its entry alone shows that)."""
+        if not self.printed.strip():
+            return self.output
+        return f"{self.output}\n\nWhat your code printed while this case ran (cut):\n{self.printed}"
 
     @property
     def score(self) -> float:
@@ -61,6 +77,7 @@ class Grade:
     output: str = ""
     notes: list[str] = field(default_factory=list)
     sandbox: dict = field(default_factory=dict)  # which sandbox graded it (Worker.summary)
+    hidden_visibility: str = "after_published"  # the course's visibility of hidden cases' entries
 
     @property
     def score(self) -> float:
@@ -179,15 +196,22 @@ def run_submission(assignment: Assignment, submission: Path, cases: list[Case], 
             raise Ungradable(taken.refused, notes)
         found = static_breaches(assignment, folder / "code", notes)
         to_run = [c for c in cases if not found.get(c.problem)]
-        for case in to_run:
-            save_file(assignment.store_for(case).load(case.id)[0], str(folder / "inputs" / f"{case.id}.safetensors"))
+        hidden = [c for c in to_run if c.hidden]
+        write_inputs(assignment, [c for c in to_run if not c.hidden], folder)
         worker.hand_over(folder)
     except BaseException:
         worker.clean_up(folder)
         raise
     job = job_settings(assignment, folder, device, worker)
     try:
-        runs, log = run_cases(worker, job, [c.id for c in to_run], {c.id: c.problem for c in to_run})
+        runs, log = run_cases(
+            worker,
+            job,
+            [c.id for c in to_run],
+            {c.id: c.problem for c in to_run},
+            hidden={c.id for c in hidden},
+            hand_over_hidden=lambda: write_inputs(assignment, hidden, folder),
+        )
     except StaffError as err:
         raise GradingError(str(err)) from None
     return runs, found, log, notes
@@ -207,6 +231,14 @@ def static_breaches(assignment: Assignment, code: Path, notes: list[str]) -> dic
 def ungraded(assignment: Assignment, cases: list[Case], refused: Ungradable, start: float, worker: Worker) -> Grade:
     tests = [TestResult(case, assignment.points[case.id], False, str(refused)) for case in cases]
     return Grade(tests, time.monotonic() - start, notes=[*refused.notes, str(refused)], sandbox=worker.summary())
+
+
+def write_inputs(assignment: Assignment, cases: list[Case], folder: Path) -> None:
+    """The cases' inputs into the job's folder, readable by the job's uid (which may not write there)."""
+    for case in cases:
+        path = folder / "inputs" / f"{case.id}.safetensors"
+        save_file(assignment.store_for(case).load(case.id)[0], str(path))
+        path.chmod(0o644)
 
 
 def verdict(assignment: Assignment, case: Case, run: CaseRun, device: torch.device) -> tuple[bool, str]:
@@ -229,6 +261,10 @@ def check_course(assignment: Assignment) -> list[Case]:
         raise GradingError("the course's fixtures fail their checks:\n" + "\n".join(problems))
     if assignment.table.get("hidden") and assignment.hidden_dir is None:
         raise GradingError(f"[tool.cs-basics] names hidden cases, but {assignment.root} has no hidden folder")
+    try:
+        assignment.hidden_visibility  # noqa: B018 (checked now, before any student code runs)
+    except ConfigError as err:
+        raise GradingError(str(err)) from None
     for case in assignment.cases:
         assignment.store_for(case).load(case.id)
     return assignment.cases
@@ -255,17 +291,29 @@ def grade(
         runs, found, log, notes = run_submission(assignment, submission, cases, device, worker)
     except Ungradable as refused:
         return ungraded(assignment, cases, refused, start, worker)
+    breached_in: dict[str, Case] = {}  # problem -> the case whose run broke the rule
     for case in cases:  # a problem breaks the rule when one of its own cases ran what it forbids
         record = runs[case.id].record if case.id in runs else None
         if not found.get(case.problem) and record is not None:
             found[case.problem] = runtime_breach(case.problem, case.id, record)
+            breached_in[case.problem] = case
     tests = []
     for case in cases:
         breach = found.get(case.problem)
         if breach:
+            where = breached_in.get(case.problem)
+            if where is not None and where.hidden and not case.hidden:
+                breach = HIDDEN_BREACH.format(problem=case.problem)
             tests.append(TestResult(case, assignment.points[case.id], False, breach))
             continue
         run = runs[case.id]
         passed, message = verdict(assignment, case, run, device)
-        tests.append(TestResult(case, assignment.points[case.id], passed, message, run.seconds))
-    return Grade(tests, time.monotonic() - start, output=log, notes=notes, sandbox=worker.summary())
+        tests.append(TestResult(case, assignment.points[case.id], passed, message, run.seconds, run.printed))
+    return Grade(
+        tests,
+        time.monotonic() - start,
+        output=log,
+        notes=notes,
+        sandbox=worker.summary(),
+        hidden_visibility=assignment.hidden_visibility,
+    )

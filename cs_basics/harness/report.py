@@ -2,15 +2,19 @@
 
 Reads any folder of Gradescope results files (a batch's `<name>.json`, or `<name>/results.json`,
 e.g. results graded elsewhere) and only Gradescope's fields: `score` and each test's `name`, `score`,
-`max_score`, `status`, `output` and `tags` (the first tag is the problem). It writes, into one folder:
+`max_score`, `status`, `output`, `tags` (the first tag is the problem) and `visibility`. It writes, into one folder:
 
 - `scores.csv` (merge only; a batch writes its own): each submission's score, the most it could get, and
   why grading did not complete, if it did not;
-- `items.csv`: per case, how many submissions have it, its pass rate, mean and max score, the most common
-  diagnosed mistakes (`(known mistake: <name>)` in a failure message) and, for failures without one, the
-  most common first lines of the failure message, each with its count;
+- `items.csv` (for the staff: it quotes hidden cases' failure messages): per case, how many submissions
+  have it, its pass rate, mean and max score, the most common diagnosed mistakes (`(known mistake:
+  <name>)` in a failure message) and, for failures without one, the most common first lines of the
+  failure message, each with its count, and its visibility;
 - `problems.csv`: per problem, the distribution of submissions' scores;
 - `totals.png` (a histogram of totals) and `pass_rates.png` (per-case pass rates as bars).
+
+Every CSV cell of text that a spreadsheet would read as a formula gets a leading `'`, and every text shown
+in a terminal passes through `printable`: names and messages come from submissions.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from cs_basics.harness.regrade import stored
-from cs_basics.harness.results import write_atomic, write_results
+from cs_basics.harness.results import printable, write_atomic, write_results
 from cs_basics.harness.shards import shard_of, submission_folders
 
 SCORES, ITEMS, PROBLEMS = "scores.csv", "items.csv", "problems.csv"
@@ -41,7 +45,8 @@ TOP = 3  # how many mistakes or failure lines per case
 UNTAGGED = "(untagged)"
 SCORE_FIELDS = ["submission", "score", "max_score", "error"]
 ITEM_FIELDS = ["case", "problem", "submissions", "passed", "pass_rate", "mean_score", "max_score", "mistakes"]
-ITEM_FIELDS += ["other_failures"]
+ITEM_FIELDS += ["other_failures", "visibility"]  # hidden cases' rows quote their messages: a staff file
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")  # a cell a spreadsheet may run (OWASP's CSV injection)
 PROBLEM_FIELDS = ["problem", "max_score", "submissions", "mean", "median", "min", "max", "zero", "full"]
 PROBLEM_FIELDS += ["distribution"]
 
@@ -137,10 +142,18 @@ def score_row(name: str, data: Mapping) -> dict:
 
 def csv_text(rows: list[dict], fields: list[str]) -> str:
     text = io.StringIO()
-    writer = csv.DictWriter(text, fieldnames=fields, lineterminator="\n")
+    # CRLF, as RFC 4180 has it: Python's csv then quotes a cell holding a carriage return, which a spreadsheet
+    # would read as the end of a row (and the next "row" could start with "=")
+    writer = csv.DictWriter(text, fieldnames=fields, lineterminator="\r\n")
     writer.writeheader()
-    writer.writerows(rows)
+    writer.writerows({key: inert(value) for key, value in row.items()} for row in rows)
     return text.getvalue()
+
+
+def inert(cell: object) -> object:
+    """A text cell a spreadsheet would read as a formula (`=cmd|' /C calc'!A0`, a submission's folder name),
+    with a leading `'`; numbers stay numbers."""
+    return f"'{cell}" if isinstance(cell, str) and cell.startswith(FORMULA_STARTS) else cell
 
 
 def write_scores(path: Path, rows: list[dict]) -> None:
@@ -185,6 +198,7 @@ def item_rows(results: Mapping[str, Mapping]) -> list[dict]:
             {
                 "case": case,
                 "problem": problem_of(tests[0]),
+                "visibility": tests[0].get("visibility", "visible"),
                 "submissions": len(tests),
                 "passed": n_passed,
                 "pass_rate": round(n_passed / len(tests), 4),
@@ -312,17 +326,19 @@ def print_analysis(analysis: Analysis, console: Console | None = None, caption: 
     for r in analysis.items:
         why = "; ".join(x for x in (r["mistakes"], r["other_failures"]) if x)
         share = f"{r['passed']}/{r['submissions']} ({100 * r['pass_rate']:.0f}%)"
-        table.add_row(escape(r["case"]), share, f"{r['mean_score']:.3g}/{r['max_score']:.3g}", escape(why[:160]))
+        case = escape(printable(r["case"]))
+        table.add_row(case, share, f"{r['mean_score']:.3g}/{r['max_score']:.3g}", escape(printable(why[:160])))
     console.print(table)
     table = Table(title="problems: distribution of scores")
     for column in ("problem", "of", "mean", "median", "min", "max", "zero", "full", "score: submissions"):
         table.add_column(column, justify="left" if column in ("problem", "score: submissions") else "right")
     for r in analysis.problems:
         stats = [f"{r[k]:.3g}" for k in ("max_score", "mean", "median", "min", "max")]
-        table.add_row(escape(r["problem"]), *stats, str(r["zero"]), str(r["full"]), escape(r["distribution"]))
+        problem, spread = (escape(printable(r[k])) for k in ("problem", "distribution"))
+        table.add_row(problem, *stats, str(r["zero"]), str(r["full"]), spread)
     console.print(table)
     if analysis.files:
-        console.print("wrote " + ", ".join(str(p) for p in analysis.files))
+        console.print(escape(printable("wrote " + ", ".join(str(p) for p in analysis.files))))
 
 
 def stamped_parts(results: Mapping[str, Mapping]) -> set[tuple]:
@@ -383,7 +399,7 @@ def merge(folders: list[Path], out: Path, submissions: Path | None = None) -> di
         write_results(out / f"{name}.json", data)
     write_scores(out / SCORES, [score_row(name, data) for name, data in results.items()])
     print_analysis(analyse(results, out), caption=f"{len(results)} submissions from {len(folders)} folders")
-    print(f"merged {len(results)} submissions into {out / SCORES}")
+    print(printable(f"merged {len(results)} submissions into {out / SCORES}"))
     if submissions is None:
         return {}
     return unfinished(results, [p.name for p in submission_folders(Path(submissions))])

@@ -2,13 +2,20 @@
 
 The format is Gradescope's autograder specification: top-level `score`, `execution_time`,
 `output`, `visibility`, `stdout_visibility` and `tests`, each test with `name`, `score`,
-`max_score`, `status`, `output`, `visibility` and `tags`.
+`max_score`, `status`, `output`, `visibility` and `tags`. Only what the code printed before the
+first hidden case's inputs existed reaches the top-level `output`; what a hidden case printed or
+raised is in its own entry, whose visibility is the course's `hidden_visibility`.
+
+Text from a submission (what it printed, its exception messages, its file and folder names) is kept
+as it is in results.json, where JSON escapes it, and passes through `printable` before it reaches a
+terminal or a log: an escape sequence in an exception message must not clear the staff's screen.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from pathlib import Path
 
@@ -16,24 +23,40 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from cs_basics.harness.config import Assignment
+from cs_basics.harness.config import HIDDEN_VISIBILITIES, Assignment, ConfigError
 from cs_basics.harness.grading import Grade
 
 OUTPUT_LIMIT = 8000  # characters of output per test
+# control characters (C0 but newline and tab, DEL, C1) and the bidirectional overrides that reorder a line
+CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: object) -> str:
+    """`text` with every control character made visible, as `cat -v` does (ESC as `^[`, BEL as `^G`,
+    DEL as `^?`; C1 and the bidirectional overrides as `\\x9b`, `\\u202e`), newlines and tabs kept: what
+    a submission brought, fit for a terminal or a log."""
+    return CONTROLS.sub(_visible, str(text))
+
+
+def _visible(match: re.Match) -> str:
+    code = ord(match[0])
+    if code < 0x20 or code == 0x7F:
+        return "^" + chr(code ^ 0x40)
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
 
 
 def test_name(case) -> str:
     return f"{case.test}[{case.param}]"
 
 
-def test_entry(case, score: float, max_score: float, passed: bool, output: str) -> dict:
+def test_entry(case, score: float, max_score: float, passed: bool, output: str, hidden_visibility: str) -> dict:
     return {
         "name": test_name(case),
         "score": round(score, 6),
         "max_score": round(max_score, 6),
         "status": "passed" if passed else "failed",
         "output": output[:OUTPUT_LIMIT],
-        "visibility": "after_published" if case.hidden else "visible",
+        "visibility": hidden_visibility if case.hidden else "visible",
         "tags": [case.problem],
     }
 
@@ -50,7 +73,8 @@ def results_file(score: float, execution_time: float, output: str, tests: list[d
 
 
 def results_json(grade: Grade) -> dict:
-    tests = [test_entry(t.case, t.score, t.max_score, t.passed, t.output) for t in grade.tests]
+    hidden = grade.hidden_visibility
+    tests = [test_entry(t.case, t.score, t.max_score, t.passed, t.message, hidden) for t in grade.tests]
     printed = "What your code printed (cut to the first part):\n" + grade.output if grade.output.strip() else ""
     output = "\n".join([*(note[0].upper() + note[1:] + "." for note in grade.notes), printed]).strip()
     data = results_file(grade.score, grade.execution_time, output, tests)
@@ -61,7 +85,11 @@ def results_json(grade: Grade) -> dict:
 
 def placeholder(assignment: Assignment, why: str) -> dict:
     """What the results file says until grading finishes: every test at 0."""
-    tests = [test_entry(case, 0.0, assignment.points[case.id], False, why) for case in assignment.cases]
+    try:
+        hidden = assignment.hidden_visibility
+    except ConfigError:  # grading says so; until then the strictest
+        hidden = HIDDEN_VISIBILITIES[-1]
+    tests = [test_entry(case, 0.0, assignment.points[case.id], False, why, hidden) for case in assignment.cases]
     return results_file(0.0, 0.0, why, tests)
 
 
@@ -100,4 +128,4 @@ def print_table(grade: Grade, console: Console | None = None) -> None:
     for t in grade.tests:
         if not t.passed and not t.case.hidden:
             first_line = t.output.splitlines()[0] if t.output else ""
-            console.print(f"[red]{escape(test_name(t.case))}[/]: {escape(first_line)}")
+            console.print(f"[red]{escape(test_name(t.case))}[/]: {escape(printable(first_line))}")

@@ -10,6 +10,11 @@ pipes it bounds, enforces a time limit per case, per import and per submission, 
 problem's cases once its function has failed to return twice, and ends every process of the job
 (by uid, which nothing can outrun, and by namespace) before it reads any result. A case that
 hangs or kills the interpreter fails alone: a fresh child takes the remaining cases.
+
+Hidden cases run only after every public case, in children of their own: their inputs are written
+into the job's folder once no process that ran a public case is left and the public cases' outputs
+are read, so nothing the code printed or wrote before that can hold a hidden input. What the
+children print from then on is kept per hidden case, never in the output students see at once.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -65,6 +70,7 @@ class CaseRun:
     error: str | None = None  # what went wrong, for the student
     seconds: float = 0.0
     record: Record | None = None  # the forbidden operators the case ran, as the child saw them
+    printed: str = ""  # a hidden case's: what the code printed while it ran (not in the submission's output)
 
 
 @dataclass
@@ -540,6 +546,16 @@ class Attempt:
             self.fds.pop(fd)
             os.close(fd)
 
+    def drain(self) -> None:
+        """Read what the job wrote to its output so far into the current log (the child flushes its
+        streams before each event), so that what follows goes to the next case's log; bounded."""
+        output = [fd for fd, kind in self.fds.items() if kind == "output"]
+        for _ in range(64):
+            if not output or output[0] not in self.fds or not select.select(output, [], [], 0)[0]:
+                return
+            for _event in self.read(output[0]):
+                pass
+
     def hear(self) -> None:
         message = self.server.receive(0)
         if message is None:
@@ -568,7 +584,7 @@ def run_once(worker: Worker, job: dict, cases: list[str], state: RunState) -> tu
     """One child over `cases`; fills `state.runs` for the cases it reached. Returns the unreached ones,
     and whether a fresh child should take them (not after an import failure, the total limit or a stop)."""
     limits = worker.limits
-    attempt = Attempt(worker, job | {"cases": cases}, state.log)
+    attempt = Attempt(worker, job | {"cases": cases}, state.log_for(cases[0]))
     current, started = None, time.monotonic()
     deadline = min(started + limits.import_seconds, state.stop_at)
     remaining = list(cases)
@@ -579,10 +595,14 @@ def run_once(worker: Worker, job: dict, cases: list[str], state: RunState) -> tu
             if event is None:  # a limit passed, or the grader is stopping
                 return state.out_of_time(remaining, current, started)
             kind, case = event.get("event"), event.get("case")
+            if kind == "staff_error" and state.hidden:  # every check for the staff passed before the public cases:
+                why = f"the process running your code stopped: {event.get('message', '')}"  # this may hold hidden data
+                state.halt(remaining, why)
+                return [], False
             if kind == "staff_error":
                 raise StaffError(str(event.get("message", "")))
             if kind == "import_error":
-                state.fail(remaining, f"your code failed to import:\n{event.get('message', '')}")
+                state.halt(remaining, f"your code failed to import:\n{event.get('message', '')}")
                 return [], False
             if kind == "ready":
                 deadline = state.stop_at
@@ -591,6 +611,8 @@ def run_once(worker: Worker, job: dict, cases: list[str], state: RunState) -> tu
                 remaining.remove(current)
                 current = None
             if kind == "start" and case in remaining:
+                attempt.drain()  # what was printed so far belongs to the case before (or to the import)
+                attempt.log = state.log_for(case)
                 current, started = case, time.monotonic()
                 deadline = min(started + limits.case_seconds, state.stop_at)
             elif kind in ("done", "error") and case == current:
@@ -605,13 +627,13 @@ def run_once(worker: Worker, job: dict, cases: list[str], state: RunState) -> tu
             why = (
                 f"your code wrote over {limits.progress_mb} MiB to the grader's progress pipe, which it stopped reading"
             )
-            state.fail(remaining, why)
+            state.halt(remaining, why)
             return [], False
         if remaining and current is not None:  # the pipe closed mid-case: the interpreter died
             state.fail([current], f"the Python process running your code {attempt.how} during this case")
             remaining.remove(current)
         elif remaining:
-            state.fail(remaining, f"the Python process running your code {attempt.how} before it ran")
+            state.halt(remaining, f"the Python process running your code {attempt.how} before it ran")
             return [], False
         return remaining, True
     finally:
@@ -628,10 +650,23 @@ class RunState:
     log: ChildLog
     runs: dict[str, CaseRun] = field(default_factory=dict)
     timeouts: dict[str, list[str]] = field(default_factory=dict)  # problem -> its cases that ran out of time
+    hidden: bool = False  # whether the children now run hidden cases
+    printed: dict[str, ChildLog] = field(default_factory=dict)  # hidden case -> what was printed while it ran
+    halted: str | None = None  # why no fresh child may take the cases left (an import failure, a limit, a stop)
+
+    def log_for(self, case: str) -> ChildLog:
+        """Where what the children print while `case` runs goes: the submission's output until the hidden
+        cases, then each hidden case's own."""
+        return self.printed.setdefault(case, ChildLog(self.log.limit)) if self.hidden else self.log
 
     def fail(self, cases: list[str], error: str) -> None:
         for case in cases:
             self.runs[case] = CaseRun(error=error)
+
+    def halt(self, cases: list[str], error: str) -> None:
+        """Fail `cases`, and every case after them, for a reason no fresh child would change."""
+        self.fail(cases, error)
+        self.halted = error
 
     def finish(self, case: str, event: dict, seconds: float) -> None:
         record = Record.from_json(event.get("record", {}))
@@ -655,17 +690,17 @@ class RunState:
     def out_of_time(self, remaining: list[str], current: str | None, started: float) -> tuple[list[str], bool]:
         """Mark what a passed limit (or a stop) cost; return the cases a fresh child may still take."""
         if STOP.is_set():
-            self.fail(remaining, f"not run: grading was stopped ({stop_reason()})")
+            self.halt(remaining, f"not run: grading was stopped ({stop_reason()})")
             return [], False
         total = time.monotonic() >= self.stop_at
         why = f"the submission's total time limit ({self.limits.total_seconds:.0f} s) ran out"
         if current is None:
-            self.fail(
+            self.halt(
                 remaining, why if total else f"importing the submission took over {self.limits.import_seconds:.0f} s"
             )
             return [], False
         if total:
-            self.fail(remaining, why)
+            self.halt(remaining, why)
             return [], False
         why = f"the case ran over its time limit of {self.limits.case_seconds:.0f} s (an endless loop?)"
         self.timeouts.setdefault(self.problems[current], []).append(current)
@@ -697,25 +732,52 @@ def request_stop(reason: str) -> None:
     STOP.set()
 
 
-def run_cases(worker: Worker, job: dict, cases: list[str], problems: dict[str, str]) -> tuple[dict[str, CaseRun], str]:
-    """Run every case in children; read their outputs only once every child is gone."""
+def run_cases(
+    worker: Worker,
+    job: dict,
+    cases: list[str],
+    problems: dict[str, str],
+    hidden: Collection[str] = (),
+    hand_over_hidden: Callable[[], None] = lambda: None,
+) -> tuple[dict[str, CaseRun], str]:
+    """Run every public case, then (`hand_over_hidden` writing their inputs only then) every hidden case,
+    in children; read their outputs only once every child is gone. Returns the runs and what the
+    children printed before the first hidden input existed."""
     limits = worker.limits
     state = RunState(problems, limits, time.monotonic() + limits.total_seconds, ChildLog(limits.output_kb * 1024))
-    remaining, retry = list(cases), True
-    folder = Path(job["dir"])
     try:
-        while remaining and retry:
-            remaining = state.skip_stuck_problems(remaining)
-            if remaining:
-                remaining, retry = run_once(worker, job | {"id": worker.next_id()}, remaining, state)
-        state.fail(remaining, "not run: an earlier failure stopped the submission's process")
-        worker.end_processes()  # nothing of the job may still write while the outputs are read
-        for name, run in state.runs.items():
-            if run.error is None:
-                run.outputs, run.error = read_outputs(folder / "out" / f"{name}.safetensors")
+        run_phase(worker, job, [c for c in cases if c not in hidden], state)
+        later = [c for c in cases if c in hidden]
+        if later:
+            state.hidden = True
+            if state.halted is not None:  # an import failure or a limit: the same for the hidden cases
+                state.fail(later, state.halted)
+            else:
+                hand_over_hidden()
+                run_phase(worker, job, later, state)
     finally:
-        worker.clean_up(folder)
+        worker.clean_up(Path(job["dir"]))
+    for case, log in state.printed.items():
+        state.runs[case].printed = log.text()
     return state.runs, state.log.text()
+
+
+def run_phase(worker: Worker, job: dict, cases: list[str], state: RunState) -> None:
+    """`cases` in one child after another until each has a run; then every process of the job ended and
+    the outputs of `cases` read (a process left could otherwise change them later)."""
+    if not cases:
+        return
+    remaining, retry = list(cases), True
+    while remaining and retry:
+        remaining = state.skip_stuck_problems(remaining)
+        if remaining:
+            remaining, retry = run_once(worker, job | {"id": worker.next_id()}, remaining, state)
+    state.fail(remaining, "not run: an earlier failure stopped the submission's process")
+    worker.end_processes()  # nothing of the job may still write while the outputs are read
+    for name in cases:
+        run = state.runs[name]
+        if run.error is None:
+            run.outputs, run.error = read_outputs(Path(job["dir"]) / "out" / f"{name}.safetensors")
 
 
 def read_outputs(path: Path) -> tuple[dict | None, str | None]:
