@@ -115,6 +115,13 @@ def add_grade_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--memory-mb", type=int, default=4096, help="memory limit of the student's process, 0: none")
     parser.add_argument("--quiet", action="store_true", help="no table, just the total")
+    parser.add_argument(
+        "--release",
+        action="append",
+        default=[],
+        metavar="PROBLEM",
+        help="grade PROBLEM normally although its code reaches into the interpreter (after reading it); repeatable",
+    )
 
 
 def cmd_experiments(args: argparse.Namespace) -> int:

@@ -19,7 +19,7 @@ from safetensors.torch import save_file
 from cs_basics.harness.cases import Case, run_check
 from cs_basics.harness.config import Assignment
 from cs_basics.harness.diagnosis import explain_crash
-from cs_basics.harness.fromscratch import TOOLING, FromScratch, excluded_code, runtime_breach
+from cs_basics.harness.fromscratch import HELD, TOOLING, FromScratch, excluded_code, runtime_breach
 from cs_basics.harness.fromscratch import student_files as student_files  # the handout's import
 from cs_basics.harness.record import recording
 from cs_basics.harness.sandbox import CaseRun, Limits, StaffError, Worker, python_paths, run_cases
@@ -52,6 +52,7 @@ class Grade:
     output: str = ""
     notes: list[str] = field(default_factory=list)
     sandbox: dict = field(default_factory=dict)  # which sandbox graded it (Worker.summary)
+    held: list[str] = field(default_factory=list)  # problems held for the staff's review (code that reaches in)
 
     @property
     def score(self) -> float:
@@ -161,7 +162,7 @@ def run_submission(assignment: Assignment, submission: Path, cases: list[Case], 
     folder = worker.new_job_dir()
     try:
         stage(assignment, submission, folder / "code")
-        rule = FromScratch(assignment, folder / "code")
+        rule = FromScratch(assignment, folder / "code", frozenset(worker.limits.released))
         found = {name: rule.static_breach(name) for name in assignment.problems}
         to_run = [c for c in cases if not found.get(c.problem)]
         for case in to_run:
@@ -170,7 +171,7 @@ def run_submission(assignment: Assignment, submission: Path, cases: list[Case], 
     except BaseException:
         worker.clean_up(folder)
         raise
-    job = job_settings(assignment, folder, device, worker)
+    job = job_settings(assignment, folder, device, worker) | {"problems": {c.id: c.problem for c in to_run}}
     try:
         runs, log = run_cases(worker, job, [c.id for c in to_run], {c.id: c.problem for c in to_run})
     except StaffError as err:
@@ -222,9 +223,9 @@ def grade(
             raise GradingError(str(err)) from None
     runs, found, log, notes = run_submission(assignment, submission, cases, device, worker)
     for case in cases:  # a problem breaks the rule when one of its own cases ran what it forbids
-        record = runs[case.id].record if case.id in runs else None
-        if not found.get(case.problem) and record is not None:
-            found[case.problem] = runtime_breach(case.problem, case.id, record)
+        run = runs.get(case.id)
+        if not found.get(case.problem) and run is not None and run.record is not None:
+            found[case.problem] = runtime_breach(case.problem, case.id, run.record, run.error)
     tests = []
     for case in cases:
         breach = found.get(case.problem)
@@ -234,4 +235,5 @@ def grade(
         run = runs[case.id]
         passed, message = verdict(assignment, case, run, device)
         tests.append(TestResult(case, assignment.points[case.id], passed, message, run.seconds))
-    return Grade(tests, time.monotonic() - start, output=log, notes=notes, sandbox=worker.summary())
+    held = [p for p, message in found.items() if message and HELD in message]
+    return Grade(tests, time.monotonic() - start, output=log, notes=notes, sandbox=worker.summary(), held=held)
