@@ -349,7 +349,7 @@ class Construct:
 def _held_name(full: str) -> str | None:
     """Why a resolved library name is held, else None."""
     parts = full.split(".")
-    if full in HARMLESS:
+    if any(full == h or full.startswith(h + ".") for h in HARMLESS):  # sys.path.append too
         return None
     if parts[0] in HELD_MODULES:
         return HELD_MODULES[parts[0]]
