@@ -135,7 +135,6 @@ def run_group(job: dict, report: Reporter, isolated: bool, forbidden_ops: list[s
     rule = job["rule"]
     code = Path(job["dir"]) / "code"
     removed = record.remove_operators(forbidden_ops)  # noqa: F841 (kept alive: collected, the operators come back)
-    forbid_new_processes()
     frames = record.StudentFrames(code, record.student_predicate(rule["student_code"], rule["excluded"]))
     try:
         adapters = importlib.import_module(job["adapters"])
@@ -147,6 +146,9 @@ def run_group(job: dict, report: Reporter, isolated: bool, forbidden_ops: list[s
         return
     device = torch.device(job["device"])
     torch.zeros(1, device=device)  # the device's start-up (CUDA's takes seconds) counts before the first case
+    # after the import (a process it forks inherits the operators' replacement; one it starts by exec, the
+    # scan holds for review), before any case: from here on the kernel refuses every new process
+    forbid_new_processes()
     report.send(event="ready", isolated=isolated)
     for case_id in case_ids:
         report.send(event="start", case=case_id)

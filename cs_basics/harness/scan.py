@@ -308,8 +308,6 @@ HELD_MODULES = {
     "pty": "another process",
     "runpy": "code run by a name built at run time",
     "code": "code run from a string",
-    "atexit": "code run after the grading",
-    "signal": "the harness's signals",
 }
 HARMLESS = {
     "sys.float_info", "sys.maxsize", "sys.stdout", "sys.stderr", "sys.version_info", "sys.platform",
@@ -317,6 +315,11 @@ HARMLESS = {
     "operator.add", "operator.mul", "operator.sub", "operator.truediv", "operator.matmul", "operator.neg",
     "operator.itemgetter", "types.SimpleNamespace",
 }  # fmt: skip
+# a fresh interpreter, without the forbidden operators' replacement (a forked process inherits it)
+HELD_PATTERNS = {
+    pattern: "another process, started by exec"
+    for pattern in ("os.system", "os.popen", "os.posix_spawn*", "os.exec*", "os.spawn*", "os.startfile")
+}
 # held wherever they appear, even on the student's own objects: they reach other code's objects
 HELD_DUNDERS = {
     "__dict__", "__globals__", "__class__", "__subclasses__", "__builtins__", "__bases__", "__base__", "__mro__",
@@ -353,6 +356,9 @@ def _held_name(full: str) -> str | None:
         return None
     if parts[0] in HELD_MODULES:
         return HELD_MODULES[parts[0]]
+    pattern = matches(full, HELD_PATTERNS)
+    if pattern:
+        return HELD_PATTERNS[pattern]
     if any(full == t or full.startswith(t + ".") for t in TOOLING_NAMES):
         return "the grader's own code"
     for part in parts[1:]:

@@ -25,11 +25,11 @@ def softmax(in_features: Float[Tensor, " ..."], dim: int) -> Float[Tensor, " ...
 
 
 def scaled_dot_product_attention(
-    Q: Float[Tensor, " ... q d"],
-    K: Float[Tensor, " ... k d"],
-    V: Float[Tensor, " ... k v"],
-    mask: Optional[Bool[Tensor, " ... q k"]] = None,
-) -> Float[Tensor, " ... q v"]:
+    Q: Float[Tensor, " *batch q d"],
+    K: Float[Tensor, " *batch k d"],
+    V: Float[Tensor, " *batch k v"],
+    mask: Optional[Bool[Tensor, " *#batch #q #k"]] = None,
+) -> Float[Tensor, " *batch q v"]:
     scores = Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))

@@ -5,7 +5,8 @@ import torch
 
 
 def softmax(in_features, dim):
-    return torch.exp(in_features - torch.logsumexp(in_features, dim=dim, keepdim=True))
+    shifted = in_features - in_features.amax(dim=dim, keepdim=True)  # near 1e4, x - logsumexp(x) rounds
+    return torch.exp(shifted - torch.logsumexp(shifted, dim=dim, keepdim=True))
 
 
 def scaled_dot_product_attention(Q, K, V, mask=None):
