@@ -127,14 +127,21 @@ class FromScratch:
         return Program.parse(self.code, student_files(self.assignment, self.code))
 
     @cached_property
+    def adapters(self) -> Module | None:
+        path = self.code / (self.assignment.adapters_module.replace(".", "/") + ".py")
+        try:
+            return Module(self.assignment.adapters_module, path.name, path.read_text())
+        except (OSError, SyntaxError, ValueError):
+            return None
+
+    @cached_property
     def entries(self) -> dict[str, list[tuple[str, str]]]:
         """Each problem's entry points: the student definitions its adapter names."""
-        adapters_path = self.code / (self.assignment.adapters_module.replace(".", "/") + ".py")
-        try:
-            adapters = Module(self.assignment.adapters_module, adapters_path.name, adapters_path.read_text())
-        except (OSError, SyntaxError, ValueError):
+        if self.adapters is None:
             return {}
-        return {name: entry_points(adapters, self.program, p.adapter) for name, p in self.assignment.problems.items()}
+        return {
+            name: entry_points(self.adapters, self.program, p.adapter) for name, p in self.assignment.problems.items()
+        }
 
     @cached_property
     def static(self) -> dict[str, list[Use]]:
@@ -150,8 +157,9 @@ class FromScratch:
         """Each problem's constructs that reach into the interpreter, in all the code that runs for it."""
         program = self.program
         found = {}
+        imported = list(self.adapters.aliases.values()) if self.adapters else []  # run for every problem
         for name, entries in self.entries.items():
-            runs = program.runs(entries)
+            runs = program.runs(entries, imported)
             found[name] = [c for m, nodes in runs.items() for c in constructs(program.modules[m], program, nodes)]
         return found
 

@@ -214,12 +214,12 @@ class Program:
                         found.add(Use(full, module.path, line))
         return sorted(found, key=lambda u: (u.path, u.line, u.name))
 
-    def runs(self, entries: Iterable[tuple[str, str]]) -> dict[str, list[ast.AST]]:
+    def runs(self, entries: Iterable[tuple[str, str]], imported: Iterable[str] = ()) -> dict[str, list[ast.AST]]:
         """What runs when the entries are called, by module: the definitions they reach, and everything that
         runs at import in the modules those live in, in the packages above them and in the student modules
         they import (module-level code, with the definitions it calls, decorators, defaults, class bodies)."""
         reached = self.reachable(entries)
-        modules: set[str] = set()
+        modules = {m for m in self.modules if any(i == m or i.startswith(m + ".") for i in imported)}
         while True:
             grown = {m for m, _ in reached} | modules
             for name in list(grown):
