@@ -9,8 +9,11 @@ Honest code, in the styles students write, is held by none of it.
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
 import textwrap
+import threading
 import tomllib
 from pathlib import Path
 
@@ -317,3 +320,58 @@ def test_the_release_option_grades_a_held_problem_normally(tmp_path, assignment)
     folder = student(tmp_path, functional)
     assert HELD in (FromScratch(assignment, folder).static_breach(SOFTMAX) or "")
     assert FromScratch(assignment, folder, frozenset([SOFTMAX])).static_breach(SOFTMAX) is None
+
+
+# ---------------------------------------------------------------- the child's own parts
+
+
+def child_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_grading_child_test", ROOT / "cs_basics" / "harness" / "child.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_problems_that_forbid_different_operators_run_in_processes_of_their_own():
+    child = child_module()
+    job = {"cases": ["a1", "s1", "a2"], "problems": {"a1": "A", "s1": "S", "a2": "A"}}
+    different = job | {"rule": {"forbidden_ops": {"A": ["aten._softmax"], "S": ["aten.exp"]}}}
+    assert child.cases_by_rule(different) == [(["aten._softmax"], ["a1", "a2"]), (["aten.exp"], ["s1"])]
+    same = job | {"rule": {"forbidden_ops": {"A": ["aten._softmax"], "S": ["aten._softmax"]}}}
+    assert child.cases_by_rule(same) == [(["aten._softmax"], ["a1", "s1", "a2"])]
+
+
+def test_under_the_childs_seccomp_filter_threads_start_and_processes_do_not():
+    child = child_module()
+    if child.seccomp_program(os.uname().machine) is None:
+        pytest.skip(f"no seccomp filter for {os.uname().machine}")
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the filter is for good: only in a process of its own
+        verdict = "?"
+        try:
+            child.forbid_new_processes()
+            torch.set_num_threads(2)
+            (torch.randn(256, 256) @ torch.randn(256, 256)).sum()  # torch's thread pool
+            out = []
+            thread = threading.Thread(target=lambda: out.append("thread"))
+            thread.start()
+            thread.join()
+            try:
+                if os.fork() == 0:
+                    os._exit(0)
+                verdict = "forked"
+            except PermissionError:
+                try:
+                    subprocess.run(["true"], check=False)
+                    verdict = "ran a program"
+                except PermissionError:
+                    verdict = "refused" if out == ["thread"] else "no thread"
+        finally:
+            os.write(write, verdict.encode())
+            os._exit(0)
+    os.close(write)
+    os.waitpid(pid, 0)
+    assert os.read(read, 100).decode() == "refused"
