@@ -375,3 +375,19 @@ def test_under_the_childs_seccomp_filter_threads_start_and_processes_do_not():
     os.close(write)
     os.waitpid(pid, 0)
     assert os.read(read, 100).decode() == "refused"
+
+
+def test_the_operators_come_back_whole_after_a_graded_case(assignment):
+    """pytest removes them for each case and puts them back: after, torch.softmax runs and decomposes to
+    aten._softmax as before (removing a CompositeExplicitAutograd kernel beside the implicit one did not)."""
+    from cs_basics.harness.record import StudentFrames, Watch
+
+    rule = FromScratch(assignment, ROOT)
+    x = torch.randn(3, 4)
+    with rule.watch(SOFTMAX) as removed, pytest.raises(Exception, match="not available in graded code"):
+        torch.softmax(x, -1)
+    assert [s.op for s in removed.record.sightings] == ["aten.softmax"]
+    with Watch(["aten._softmax"], StudentFrames(ROOT, lambda relative: True)) as plain:
+        out = torch.softmax(x, -1)
+    assert [s.op for s in plain.record.sightings] == ["aten._softmax"]
+    assert torch.allclose(out.sum(-1), torch.ones(3))
