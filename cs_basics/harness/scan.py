@@ -233,8 +233,7 @@ class Program:
                 target
                 for name in grown
                 if name in self.modules
-                for node in import_time(self.modules[name], set())
-                for chain, _ in references(node)
+                for chain in called(import_time(self.modules[name], set()))
                 if (target := self.resolve(self.modules[name], chain)[1]) is not None
             ]
             more = self.reachable(entries) | reached
@@ -246,6 +245,17 @@ class Program:
             for name in sorted(modules)
             if name in self.modules
         }
+
+
+def called(nodes: list[ast.AST]) -> Iterator[list[str]]:
+    """The name chains that code run at import calls (a name only assigned, `_mine = softmax`, runs nothing);
+    a decorator counts as a call."""
+    for node in nodes:
+        if isinstance(node, ast.expr) and dotted(node):
+            yield dotted(node)
+        for n in ast.walk(node):
+            if isinstance(n, ast.Call) and dotted(n.func):
+                yield dotted(n.func)
 
 
 def import_time(module: Module, reached: set[str]) -> list[ast.AST]:
