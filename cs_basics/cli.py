@@ -129,6 +129,13 @@ def add_grade_options(parser: argparse.ArgumentParser) -> None:
         help="what the job's /tmp, /var/tmp, /dev/shm and working folder may hold together (default %(default)s)",
     )
     parser.add_argument("--quiet", action="store_true", help="no table, just the total")
+    parser.add_argument(
+        "--release",
+        action="append",
+        default=[],
+        metavar="PROBLEM",
+        help="grade PROBLEM normally although its code reaches into the interpreter (after reading it); repeatable",
+    )
 
 
 def cmd_experiments(args: argparse.Namespace) -> int:

@@ -11,6 +11,7 @@ import base64
 import contextlib
 import importlib
 import importlib.util
+import re
 import shutil
 import subprocess
 import sys
@@ -29,6 +30,7 @@ from .submissions import ROOT, run, scores
 
 ATTENTION, SOFTMAX = "scaled_dot_product_attention", "softmax"
 FULL = {SOFTMAX: 1.0, ATTENTION: 5.0}
+RELEASED = (SOFTMAX, ATTENTION)  # released from the hold for code that reaches in: the record's own tests
 
 SOFTMAX_FROM_SCRATCH = """
 def softmax(in_features, dim):
@@ -98,9 +100,9 @@ def students_package(folder: Path):
         cs_basics.__path__[:] = path
 
 
-def pytest_verdicts(assignment, folder: Path) -> dict[str, str | None]:
+def pytest_verdicts(assignment, folder: Path, released=()) -> dict[str, str | None]:
     """Each graded case's failure message in the students' pytest run (None: passed)."""
-    rule = FromScratch(assignment, folder)
+    rule = FromScratch(assignment, folder, frozenset(released))
     verdicts, breaches = {}, {}  # one pytest session: a breach carries to the problem's later cases
     with students_package(folder):
         # the copy's own adapters module, so that the stack the messages give has the same frames as in pytest
@@ -116,12 +118,13 @@ def pytest_verdicts(assignment, folder: Path) -> dict[str, str | None]:
     return verdicts
 
 
-def judged(assignment, tmp_path, functional: str, **modules: str):
-    """(the grader's scores, its test outputs by case id, the pytest verdicts) for one submission."""
+def judged(assignment, tmp_path, functional: str, released=(), **modules: str):
+    """(the grader's scores, its test outputs by case id, the pytest verdicts) for one submission; `released`:
+    problems the staff released from a hold (code that reaches into the interpreter), to test the record."""
     folder = student(tmp_path, functional, **modules)
-    result = run(assignment, folder)
+    result = run(assignment, folder, released=tuple(released))
     outputs = {t.case.id: (t.output if not t.passed else None) for t in result.tests}
-    return scores(result), outputs, pytest_verdicts(assignment, folder)
+    return scores(result), outputs, pytest_verdicts(assignment, folder, released)
 
 
 def assert_same_verdicts(assignment, outputs, verdicts, zeroed: set[str]) -> None:
@@ -142,10 +145,10 @@ def assert_same_verdicts(assignment, outputs, verdicts, zeroed: set[str]) -> Non
         assert all(v and "must be written from scratch" in v for v in ordered[first:]), problem
 
 
-def first_breach(assignment, tmp_path, functional: str, expected: dict[str, float]) -> str:
+def first_breach(assignment, tmp_path, functional: str, expected: dict[str, float], released=()) -> str:
     """Grade and run as pytest; the scores are `expected`, the zeroed problems fail alike in both;
     return the grader's message."""
-    got, outputs, verdicts = judged(assignment, tmp_path, functional)
+    got, outputs, verdicts = judged(assignment, tmp_path, functional, released)
     assert got == pytest.approx(expected)
     assert_same_verdicts(assignment, outputs, verdicts, zeroed={p for p, score in expected.items() if score == 0})
     return next(o for o in outputs.values() if o)
@@ -251,7 +254,7 @@ def test_tensor_softmax_method_inside_attention_is_caught_by_what_it_runs(assign
     functional = source(SOFTMAX_FROM_SCRATCH, attention_with("scores.softmax(-1)"))
     message = first_breach(assignment, tmp_path, functional, {SOFTMAX: 1.0, ATTENTION: 0.0})
     line = functional.splitlines().index("    weights = scores.softmax(-1)") + 1
-    assert "ran these operators:\n  aten._softmax, which is torch's softmax" in message
+    assert re.search(r"ran these operators:\n  aten._?softmax, which is torch's softmax", message)
     assert f"called from cs_basics/nn/functional.py:{line} in scaled_dot_product_attention" in message
 
 
@@ -266,7 +269,7 @@ def scaled_dot_product_attention(Q, K, V, mask=None):
     raise RuntimeError("a crash after the forbidden call")
 """
     functional = source(SOFTMAX_FROM_SCRATCH, attention)
-    message = first_breach(assignment, tmp_path, functional, {SOFTMAX: 1.0, ATTENTION: 0.0})
+    message = first_breach(assignment, tmp_path, functional, {SOFTMAX: 1.0, ATTENTION: 0.0}, RELEASED)
     lines = functional.splitlines()
     inner = lines.index('    return getattr(torch, "soft" + "max")(scores, -1)') + 1
     outer = lines.index("    weights = _weights(Q @ K.transpose(-2, -1))") + 1
@@ -298,8 +301,8 @@ def test_a_softmax_reached_by_a_name_built_at_run_time_costs_softmax_only(assign
     functional = source(
         EXEC_HELPER, f"def softmax(x, dim):\n    return {ROUTES[route]}\n", attention_with(INLINE_WEIGHTS)
     )
-    message = first_breach(assignment, tmp_path, functional, {SOFTMAX: 0.0, ATTENTION: 5.0})
-    assert "aten._softmax" in message
+    message = first_breach(assignment, tmp_path, functional, {SOFTMAX: 0.0, ATTENTION: 5.0}, RELEASED)
+    assert re.search(r"aten\._?softmax", message), message
 
 
 def test_attention_that_calls_a_forbidden_softmax_runs_it_too(assignment, tmp_path):
@@ -320,7 +323,7 @@ def test_attention_reached_through_exec_costs_attention_only(assignment, tmp_pat
         return scope["result"]
     """
     message = first_breach(
-        assignment, tmp_path, source(SOFTMAX_FROM_SCRATCH, attention), {SOFTMAX: 1.0, ATTENTION: 0.0}
+        assignment, tmp_path, source(SOFTMAX_FROM_SCRATCH, attention), {SOFTMAX: 1.0, ATTENTION: 0.0}, RELEASED
     )
     assert "(in code it ran with exec)" in message
 
@@ -347,7 +350,7 @@ def scaled_dot_product_attention(Q, K, V, mask=None):
     return weights @ V
 """
     message = first_breach(
-        assignment, tmp_path, source(SOFTMAX_FROM_SCRATCH, attention), {SOFTMAX: 1.0, ATTENTION: 0.0}
+        assignment, tmp_path, source(SOFTMAX_FROM_SCRATCH, attention), {SOFTMAX: 1.0, ATTENTION: 0.0}, RELEASED
     )
     assert "switches the record of operators off" in message
 
@@ -446,8 +449,8 @@ def _sdpa(x, grad):
 
 def recorded(problem, assignment, fn, x):
     rule = FromScratch(assignment, Path(__file__).parent)
-    with rule.watch(problem) as watch:
-        out = fn(x)
+    with rule.watch(problem) as watch, contextlib.suppress(Exception):  # ForbiddenOperator, or a wrapper of it
+        out = fn(x)  # a forbidden operator raises (it is not there); the record still names it
         if isinstance(out, torch.Tensor) and out.requires_grad:
             out.sum().backward()
     return watch.record

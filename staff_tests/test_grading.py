@@ -183,12 +183,18 @@ def test_a_folder_of_submissions_is_graded_into_one_file_each_and_a_csv(tmp_path
     folder = tmp_path / "submissions"
     submission(folder, name="alice")
     submission(folder, wrap_attention("raise RuntimeError('boom')"), name="bob")
+    reaches_in = "_reference_softmax = softmax\n\n\ndef softmax(x, dim):\n    vars(torch)\n"
+    reaches_in += "    return _reference_softmax(x, dim)\n"
+    submission(folder, reaches_in, name="carol")  # held for the staff's review: softmax's points wait
     out = tmp_path / "out"
     command = [sys.executable, "-m", "cs_basics.cli", "grade", "--submission", str(folder), "--results", str(out)]
     done = subprocess.run([*command, "--workers", "2"], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     lines = (out / "scores.csv").read_text().splitlines()
-    assert lines == ["submission,score,max_score,error", "alice,6.0,6.0,", "bob,1.0,6.0,"]
+    header, *rows = lines
+    assert header == "submission,score,max_score,held,error"
+    assert rows == ["alice,6.0,6.0,,", "bob,1.0,6.0,,", "carol,5.0,6.0,softmax,"]
+    assert "held for the staff's review (scores.csv's `held` column): carol (softmax)" in done.stdout
     assert json.loads((out / "bob.json").read_text())["score"] == pytest.approx(1.0)
 
 

@@ -105,6 +105,9 @@ def grade_many(assignment: Assignment, folder: Path, results_dir: Path, args: ar
     results = {p.submission.name: read_results(p.results) for p in planned}
     print_analysis(analyse(results, results_dir), caption=summary)
     print(printable(f"{summary}; scores in {results_dir / SCORES}"))
+    held = sorted(f"{r['submission']} ({r['held']})" for r in rows if r.get("held"))
+    if held:  # zero until the staff read the code and grade it again with --release PROBLEM
+        print(printable(f"held for the staff's review (scores.csv's `held` column): {', '.join(held)}"))
     if failures:
         print(printable(f"cs-basics grade: {failures[0]}"), file=sys.stderr)
         return 2

@@ -9,6 +9,8 @@ It decides nothing: the grader compares and scores.
 """
 
 import contextlib
+import ctypes
+import errno
 import importlib
 import json
 import os
@@ -159,7 +161,40 @@ def run_job(job: dict, progress: int, isolated: bool, import_paths: list[str]) -
     from cs_basics.harness import record
 
     record.install()  # before the submission's code runs: threads it starts are recorded too
+    groups = cases_by_rule(job)
+    if len(groups) == 1:
+        run_group(job, report, isolated, *groups[0])
+    else:  # problems that forbid different operators: each group in a process of its own, one after another
+        for group in groups:
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    run_group(job, report, isolated, *group)
+                finally:
+                    os._exit(0)
+            ended = os.waitpid(pid, 0)[1]
+            if ended != 0:  # a case killed the interpreter: end as it did, and a fresh child takes the rest
+                os._exit(os.WEXITSTATUS(ended) if os.WIFEXITED(ended) else 128 + os.WTERMSIG(ended))
+    report.send(event="finished")
+
+
+def cases_by_rule(job: dict) -> list[tuple[list[str], list[str]]]:
+    """The job's cases grouped by the operators their problems forbid, in order: [(patterns, case ids)]."""
+    problems = job["problems"]
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for case_id in job["cases"]:
+        groups.setdefault(tuple(job["rule"]["forbidden_ops"].get(problems[case_id], [])), []).append(case_id)
+    return [(list(patterns), cases) for patterns, cases in groups.items()]
+
+
+def run_group(job: dict, report: Reporter, isolated: bool, forbidden_ops: list[str], case_ids: list[str]) -> None:
+    """Import the submission and run cases that forbid the same operators, which are not there from
+    before the import on: torch's dispatcher raises for them, whatever the code does to the record."""
+    from cs_basics.harness import record
+
     rule = job["rule"]
+    code = Path(job["dir"]) / "code"
+    removed = record.remove_operators(forbidden_ops)  # noqa: F841 (kept alive: collected, the operators come back)
     frames = record.StudentFrames(code, record.student_predicate(rule["student_code"], rule["excluded"]))
     try:
         adapters = importlib.import_module(job["adapters"])
@@ -171,18 +206,79 @@ def run_job(job: dict, progress: int, isolated: bool, import_paths: list[str]) -
         return
     device = torch.device(job["device"])
     torch.zeros(1, device=device)  # the device's start-up (CUDA's takes seconds) counts before the first case
+    # after the import (a process it forks inherits the operators' replacement; one it starts by exec, the
+    # scan holds for review), before any case: from here on the kernel refuses every new process
+    forbid_new_processes()
     report.send(event="ready", isolated=isolated)
-    for case_id in job["cases"]:
+    for case_id in case_ids:
         report.send(event="start", case=case_id)
         case = cases[case_id]
-        watch = record.Watch(rule["forbidden_ops"].get(case.problem, []), frames, enabled=rule.get("record", True))
+        watch = record.Watch(forbidden_ops, frames, enabled=rule.get("record", True))
         try:
-            inputs = load_file(str(job_dir / "inputs" / f"{case_id}.safetensors"))
+            inputs = load_file(str(Path(job["dir"]) / "inputs" / f"{case_id}.safetensors"))
             with watch:
                 outputs = run_call(case, adapters, inputs, device)
-            save_outputs(outputs, job_dir / "out" / f"{case_id}.safetensors")
+            save_outputs(outputs, Path(job["dir"]) / "out" / f"{case_id}.safetensors")
         except BaseException as err:  # KeyboardInterrupt and SystemExit too: the case failed, grading goes on
             report.failed(case_id, err, watch.record, code)  # the student's frames first
             continue
         report.send(event="done", case=case_id, record=watch.record.to_json())
-    report.send(event="finished")
+
+
+# ---------------------------------------------------------------- no new process, in the kernel
+
+# seccomp: BPF over struct seccomp_data {int nr; u32 arch; u64 ip; u64 args[6]}
+BPF_LD_W_ABS, BPF_JEQ_K, BPF_JGE_K, BPF_JSET_K, BPF_RET_K = 0x20, 0x15, 0x35, 0x45, 0x06
+X32_BIT = 0x40000000  # x86_64's x32 system calls: their numbers have this bit
+RET_ALLOW, RET_ERRNO = 0x7FFF0000, 0x00050000
+PR_SET_SECCOMP, SECCOMP_MODE_FILTER, CLONE_THREAD = 22, 2, 0x00010000
+# arch: (AUDIT_ARCH, clone, clone3, the calls refused outright: fork, vfork, execve, execveat)
+SYSCALLS = {
+    "x86_64": (0xC000003E, 56, 435, (57, 58, 59, 322)),
+    "aarch64": (0xC00000B7, 220, 435, (221, 281)),
+}
+
+
+class SockFilter(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte), ("jf", ctypes.c_ubyte), ("k", ctypes.c_uint)]
+
+
+class SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(SockFilter))]
+
+
+def seccomp_program(machine: str) -> list[tuple[int, int, int, int]] | None:
+    """Refuse (EPERM) every new process: fork, vfork, clone without CLONE_THREAD, execve, execveat; clone3
+    (whose flags a filter cannot read) answers ENOSYS, and C libraries then fall back to clone, so threads
+    still start. A system call of another ABI (32-bit, x32) is refused."""
+    if machine not in SYSCALLS:
+        return None
+    arch, clone, clone3, refused = SYSCALLS[machine]
+    checks = [(BPF_JGE_K, "deny", None, X32_BIT), *[(BPF_JEQ_K, "deny", None, nr) for nr in refused]]
+    checks += [(BPF_JEQ_K, "enosys", None, clone3), (BPF_JEQ_K, None, "allow", clone)]
+    body = [(BPF_LD_W_ABS, None, None, 4), (BPF_JEQ_K, None, "deny", arch), (BPF_LD_W_ABS, None, None, 0), *checks]
+    body += [(BPF_LD_W_ABS, None, None, 16), (BPF_JSET_K, "allow", "deny", CLONE_THREAD)]  # clone's flags, low half
+    returns = {"allow": RET_ALLOW, "deny": RET_ERRNO | errno.EPERM, "enosys": RET_ERRNO | errno.ENOSYS}
+    at = {label: len(body) + i for i, label in enumerate(returns)}
+
+    def offset(label: str | None, index: int) -> int:
+        return 0 if label is None else at[label] - index - 1
+
+    program = [(code, offset(jt, i), offset(jf, i), k) for i, (code, jt, jf, k) in enumerate(body)]
+    return program + [(BPF_RET_K, 0, 0, value) for value in returns.values()]
+
+
+def forbid_new_processes() -> bool:
+    """From here on this process may start threads but no process (the kernel refuses, for good: a seccomp
+    filter cannot be removed, and is inherited). False where the machine's ABI is not known here."""
+    program = seccomp_program(os.uname().machine)
+    if program is None:
+        return False
+    filters = (SockFilter * len(program))(*[SockFilter(*f) for f in program])
+    prog = SockFprog(len(program), filters)
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS, which seccomp needs without CAP_SYS_ADMIN
+    if libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"seccomp: {os.strerror(err)}")
+    return True

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -20,8 +21,8 @@ from functools import cached_property
 from pathlib import Path
 
 from cs_basics.harness.config import Assignment, Problem
-from cs_basics.harness.record import Record, StudentFrames, Watch, recording, student_predicate
-from cs_basics.harness.scan import STACK_BYTES, Unreadable, Use
+from cs_basics.harness.record import UNAVAILABLE, Record, StudentFrames, Watch, recording, student_predicate
+from cs_basics.harness.scan import STACK_BYTES, Construct, Unreadable, Use
 
 SCAN_MEMORY = 1 << 30  # the scan's process: real code of 5 MiB (the largest graded) parses in about 250 MiB
 SCAN_SECONDS = 60.0  # real code of 5 MiB parses in about 5 s on a loaded 2-core machine
@@ -61,11 +62,27 @@ def describe_op(op: str) -> str:
     return "a built-in the problem forbids"
 
 
-def runtime_breach(problem: str, case_id: str, record: Record) -> str | None:
-    """The message for a case whose run broke the rule, else None."""
+def refused_operator(error: str | None) -> str | None:
+    """The operator that torch's dispatcher refused in a case's error (the kernel standing in for a forbidden
+    operator raises ForbiddenOperator naming it), else None."""
+    found = re.search(rf"ForbiddenOperator: ([\w.:]+) {UNAVAILABLE}", error or "")
+    return found.group(1) if found else None
+
+
+def runtime_breach(problem: str, case_id: str, record: Record, error: str | None = None) -> str | None:
+    """The message for a case whose run broke the rule, else None. `error` is what the case raised: a forbidden
+    operator refused by the dispatcher is a breach even when the record of the case says nothing."""
     lead = f"0 points for {problem}: it must be written from scratch, but while computing case {case_id}"
+    if record.processes:
+        return (
+            f"{lead} your code {record.processes[0].removeprefix('your code ')}; graded code must compute in its own "
+            "process, so starting one breaks the rule"
+        )
     if record.tampering:
         return f"{lead} your code {record.tampering[0]}; that breaks the rule too"
+    refused = refused_operator(error)
+    if not record.sightings and refused:
+        return f"{lead} it called {refused}, which is {describe_op(refused)} (torch refused it: it is not there)"
     if not record.sightings:
         return None
     lines = [f"{lead} it ran these operators:"]
@@ -73,6 +90,21 @@ def runtime_breach(problem: str, case_id: str, record: Record) -> str | None:
         where = f"called from {s.where}" if s.where else "called by no line of your code (in the backward pass?)"
         lines.append(f"  {s.op}, which is {describe_op(s.op)}; {where}")
     return "\n".join(lines)
+
+
+HELD = "held for the staff's review"  # in every message of a held problem
+
+
+def hold_message(problem: str, found: list[Construct]) -> str | None:
+    if not found:
+        return None
+    listed = "; ".join(str(c) for c in found[:5]) + (f"; and {len(found) - 5} more" if len(found) > 5 else "")
+    return (
+        f"0 points for {problem} for now, {HELD}: it must be written from scratch, and the code it runs uses "
+        f"{listed}. Graded code may not reach into the interpreter (module registries, frames, the garbage "
+        "collector, dunder attributes, names built at run time): those are how code forges what the grader "
+        "is told. The staff will read the code and may release the problem"
+    )
 
 
 def static_breach(problem: str, uses: list[Use]) -> str | None:
@@ -98,10 +130,13 @@ class FromScratch:
         is_student = student_predicate([*self.assignment.student_code, adapters], excluded_code(self.assignment))
         return StudentFrames(self.code, is_student)
 
+    released: frozenset[str] = frozenset()  # problems the staff read and released from a hold
+
     @cached_property
-    def static(self) -> dict[str, list[Use]]:
-        """Each problem's forbidden names in the code its adapter reaches (scan.scan, in a bounded process).
-        Raises Unreadable when the code cannot be read within the scan's bounds."""
+    def scanned(self) -> dict[str, tuple[list[Use], list[Construct]]]:
+        """Each problem's forbidden names in the code its adapter reaches, and the constructs that reach into
+        the interpreter in the code that runs for it (scan.scan, in a bounded process). Raises Unreadable
+        when the code cannot be read within the scan's bounds."""
         return scan_bounded(
             {
                 "code": str(self.code),
@@ -112,17 +147,30 @@ class FromScratch:
             }
         )
 
+    @property
+    def static(self) -> dict[str, list[Use]]:
+        return {name: uses for name, (uses, _) in self.scanned.items()}
+
+    @property
+    def held(self) -> dict[str, list[Construct]]:
+        return {name: found for name, (_, found) in self.scanned.items()}
+
     def problem(self, name: str) -> Problem:
         return self.assignment.problems[name]
 
     def watch(self, problem: str) -> Watch:
-        return Watch(self.problem(problem).forbidden_ops, self.frames, enabled=recording())
+        """The record of one case in pytest, with the problem's forbidden operators replaced while it runs."""
+        return Watch(self.problem(problem).forbidden_ops, self.frames, enabled=recording(), remove=recording())
 
     def static_breach(self, problem: str) -> str | None:
-        return static_breach(problem, self.static.get(problem, []))
+        """Forbidden names first (0 points, for good), then constructs that hold the problem unless released."""
+        breach = static_breach(problem, self.static.get(problem, []))
+        if breach or problem in self.released:
+            return breach
+        return hold_message(problem, self.held.get(problem, []))
 
 
-def scan_bounded(job: dict, memory: int = SCAN_MEMORY, seconds: float = SCAN_SECONDS) -> dict[str, list[Use]]:
+def scan_bounded(job: dict, memory: int = SCAN_MEMORY, seconds: float = SCAN_SECONDS) -> dict:
     """scan.scan(job) in a fresh Python of its own (no torch, no threads of the grader's), its address space
     limited to `memory` and its time to `seconds`: whatever the student's code holds, the grading process
     parses none of it. Raises Unreadable when the code cannot be read within these bounds."""
@@ -144,4 +192,4 @@ def scan_bounded(job: dict, memory: int = SCAN_MEMORY, seconds: float = SCAN_SEC
     result = pickle.loads(done.stdout)
     if "unreadable" in result:
         raise Unreadable(result["unreadable"])
-    return result["uses"]
+    return result["found"]

@@ -35,6 +35,7 @@ def limits_from(args: argparse.Namespace) -> Limits:
         memory_mb=args.memory_mb,
         tmp_mb=args.tmp_mb,
         timeouts_per_problem=args.timeouts_per_problem,
+        released=tuple(getattr(args, "release", None) or ()),
     )
 
 
@@ -98,6 +99,12 @@ def grade_one(
         return 2
     for note in result.notes:
         print(printable(f"cs-basics grade: {note}"), file=sys.stderr)
+    for problem in result.held:
+        print(
+            f"cs-basics grade: {problem} is held for the staff's review (its code reaches into the interpreter): "
+            f"read it, then grade again with --release {problem}",
+            file=sys.stderr,
+        )
     if not quiet:
         print_table(result, console)
     console.print(escape(printable(f"score {result.score:.3g}/{result.max_score:.3g}; results written to {results}")))

@@ -21,7 +21,7 @@ from cs_basics.harness import intake
 from cs_basics.harness.cases import Case, run_check
 from cs_basics.harness.config import Assignment, ConfigError
 from cs_basics.harness.diagnosis import explain_crash
-from cs_basics.harness.fromscratch import TOOLING, FromScratch, excluded_code, runtime_breach
+from cs_basics.harness.fromscratch import HELD, TOOLING, FromScratch, excluded_code, runtime_breach
 from cs_basics.harness.fromscratch import student_files as student_files  # the handout's import
 from cs_basics.harness.record import recording
 from cs_basics.harness.sandbox import CaseRun, Limits, StaffError, Worker, python_paths, run_cases
@@ -78,6 +78,7 @@ class Grade:
     notes: list[str] = field(default_factory=list)
     sandbox: dict = field(default_factory=dict)  # which sandbox graded it (Worker.summary)
     hidden_visibility: str = "after_published"  # the course's visibility of hidden cases' entries
+    held: list[str] = field(default_factory=list)  # problems held for the staff's review (code that reaches in)
 
     @property
     def score(self) -> float:
@@ -194,7 +195,7 @@ def run_submission(assignment: Assignment, submission: Path, cases: list[Case], 
         notes += taken.notes
         if taken.refused:
             raise Ungradable(taken.refused, notes)
-        found = static_breaches(assignment, folder / "code", notes)
+        found = static_breaches(assignment, folder / "code", notes, frozenset(worker.limits.released))
         to_run = [c for c in cases if not found.get(c.problem)]
         hidden = [c for c in to_run if c.hidden]
         write_inputs(assignment, [c for c in to_run if not c.hidden], folder)
@@ -202,7 +203,7 @@ def run_submission(assignment: Assignment, submission: Path, cases: list[Case], 
     except BaseException:
         worker.clean_up(folder)
         raise
-    job = job_settings(assignment, folder, device, worker)
+    job = job_settings(assignment, folder, device, worker) | {"problems": {c.id: c.problem for c in to_run}}
     try:
         runs, log = run_cases(
             worker,
@@ -217,9 +218,12 @@ def run_submission(assignment: Assignment, submission: Path, cases: list[Case], 
     return runs, found, log, notes
 
 
-def static_breaches(assignment: Assignment, code: Path, notes: list[str]) -> dict[str, str | None]:
-    """Each problem's breach of the rule found by reading the staged code (in a bounded process)."""
-    rule = FromScratch(assignment, code)
+def static_breaches(
+    assignment: Assignment, code: Path, notes: list[str], released: frozenset[str] = frozenset()
+) -> dict[str, str | None]:
+    """Each problem's breach of the rule found by reading the staged code (in a bounded process), or its
+    hold for the staff's review unless `released`."""
+    rule = FromScratch(assignment, code, released)
     try:
         return {name: rule.static_breach(name) for name in assignment.problems}
     except Unreadable as err:
@@ -293,9 +297,9 @@ def grade(
         return ungraded(assignment, cases, refused, start, worker)
     breached_in: dict[str, Case] = {}  # problem -> the case whose run broke the rule
     for case in cases:  # a problem breaks the rule when one of its own cases ran what it forbids
-        record = runs[case.id].record if case.id in runs else None
-        if not found.get(case.problem) and record is not None:
-            found[case.problem] = runtime_breach(case.problem, case.id, record)
+        run = runs.get(case.id)
+        if not found.get(case.problem) and run is not None and run.record is not None:
+            found[case.problem] = runtime_breach(case.problem, case.id, run.record, run.error)
             breached_in[case.problem] = case
     tests = []
     for case in cases:
@@ -309,6 +313,7 @@ def grade(
         run = runs[case.id]
         passed, message = verdict(assignment, case, run, device)
         tests.append(TestResult(case, assignment.points[case.id], passed, message, run.seconds, run.printed))
+    held = [p for p, message in found.items() if message and HELD in message]
     return Grade(
         tests,
         time.monotonic() - start,
@@ -316,4 +321,5 @@ def grade(
         notes=notes,
         sandbox=worker.summary(),
         hidden_visibility=assignment.hidden_visibility,
+        held=held,
     )

@@ -11,6 +11,17 @@ mode before and after the student's call (both must be seen, and the mode must s
 of the stack), and the calls that pop or disable dispatch modes, made from outside torch while
 a case runs, are recorded as tampering. Python threads started after `install()` run under the
 record too (dispatch modes are per thread).
+
+The record is the student's process speaking about itself: evidence, not proof. Two parts of this
+module hold whatever that process does to the record:
+- `remove_operators` replaces a problem's forbidden operators at torch's dispatcher with kernels
+  that raise `ForbiddenOperator` naming the operator (every overload, for the CPU, CUDA and MPS
+  backends and the autograd and composite keys), so `F.softmax` fails at the student's line
+  whether or not anything records it. The grader's child installs it for good before the
+  student's code is imported; pytest for the length of each graded case.
+- starting a process while a case runs (`os.fork`, `subprocess`, `multiprocessing`, `os.system`,
+  `os.posix_spawn`, `os.exec*`) is refused by an audit hook and recorded: graded code computes in its
+  own process. (The grader's child also has a seccomp filter in the kernel: see child.py.)
 """
 
 from __future__ import annotations
@@ -51,6 +62,18 @@ SWITCHES = {
     ),
 }
 
+# every overload of a forbidden operator gets a raising kernel for these keys: the backends a case runs
+# on, and the autograd and composite keys that run before them (softmax.int decomposes there); not
+# CompositeExplicitAutograd: removed beside CompositeImplicitAutograd, it left softmax.int undecomposed
+OVERRIDE_KEYS = ("CPU", "CUDA", "MPS", "Autograd", "CompositeImplicitAutograd")
+UNAVAILABLE = "is not available in graded code"  # in every ForbiddenOperator message
+# audit events that start a process; multiprocessing's spawn and forkserver raise none, so
+# _posixsubprocess.fork_exec (under subprocess too) gets a tripwire of its own
+PROCESS_EVENTS = frozenset(
+    {"os.fork", "os.forkpty", "os.posix_spawn", "os.posix_spawnp", "os.system", "os.exec", "subprocess.Popen"}
+)
+STARTED_PROCESS = "started a process"
+
 MAX_FRAMES = 6  # of the student's stack in a message
 
 # set to 0 only to measure what the record costs (benchmarks/record_overhead.py): it switches the
@@ -75,16 +98,22 @@ class Record:
 
     sightings: list[Sighting] = field(default_factory=list)
     tampering: list[str] = field(default_factory=list)
+    processes: list[str] = field(default_factory=list)  # how the code tried to start a process, and where
 
     def to_json(self) -> dict:
-        return {"sightings": [asdict(s) for s in self.sightings], "tampering": list(self.tampering)}
+        return {
+            "sightings": [asdict(s) for s in self.sightings],
+            "tampering": list(self.tampering),
+            "processes": list(self.processes),
+        }
 
     @classmethod
     def from_json(cls, data: Any) -> Record:
         """A record sent by the child; anything malformed reads as an empty record."""
         try:
             sightings = [Sighting(str(s["op"]), str(s.get("where", ""))) for s in data.get("sightings", [])]
-            return cls(sightings, [str(t) for t in data.get("tampering", [])])
+            processes = [str(p) for p in data.get("processes", [])]
+            return cls(sightings, [str(t) for t in data.get("tampering", [])], processes)
         except (AttributeError, KeyError, TypeError):
             return cls()
 
@@ -162,11 +191,13 @@ class Watch:
     watch.record  # -> Record
     """
 
-    def __init__(self, forbidden: Iterable[str], frames: StudentFrames, enabled: bool = True):
+    def __init__(self, forbidden: Iterable[str], frames: StudentFrames, enabled: bool = True, remove: bool = False):
         self.enabled = enabled
+        self.remove = remove  # the forbidden operators replaced for the length of the call (pytest's case)
         self.patterns = tuple(forbidden)
         self.frames = frames
         self.record = Record()
+        self._library: Any = None
         self._forbidden: dict[Any, bool] = {}
         self._seen_ops: set[str] = set()
         self._sentinel = torch.zeros(())
@@ -181,10 +212,18 @@ class Watch:
         if forbidden is None:
             name = str(func.overloadpacket)
             forbidden = self._forbidden[func] = any(fnmatch.fnmatchcase(name, p) for p in self.patterns)
-        if forbidden and str(func.overloadpacket) not in self._seen_ops:
-            op = str(func.overloadpacket)
+        if forbidden:
+            self.saw_op(str(func.overloadpacket))
+
+    def saw_op(self, op: str) -> None:
+        """A forbidden operator ran (or its replacement was called), from the stack as it is now."""
+        if op not in self._seen_ops:
             self._seen_ops.add(op)
             self.record.sightings.append(Sighting(op, self.frames.where(traceback.extract_stack())))
+
+    def started_process(self, how: str) -> None:
+        where = self.frames.where(traceback.extract_stack())
+        self.record.processes.append(f"{how} (called from {where})" if where else how)
 
     def tampered(self, what: str) -> None:
         self.record.tampering.append(what)
@@ -199,6 +238,8 @@ class Watch:
         if not self.enabled:
             return self
         install()
+        if self.remove:
+            self._library = remove_operators(self.patterns)
         self._depth = python_dispatch._len_torch_dispatch_stack()
         self._mode.__enter__()
         _active = self
@@ -217,6 +258,9 @@ class Watch:
         finally:
             _active = None
             _unwind(self._mode, self._depth)
+            if self._library is not None:
+                self._library._destroy()
+                self._library = None
 
 
 def recording() -> bool:
@@ -274,3 +318,88 @@ def install() -> None:
             if original is not None:
                 setattr(module, name, _tripwire(f"{module.__name__}.{name}", original))
     _record_threads()
+    _refuse_processes()
+
+
+class ForbiddenOperator(RuntimeError):
+    """Raised by the kernel that stands in for a forbidden operator."""
+
+
+def operator_overloads(patterns: Iterable[str]) -> list[str]:
+    """torch's operators (every overload, "aten::_softmax.out") whose name ("aten._softmax") a pattern matches."""
+    patterns = tuple(patterns)
+    found = []
+    for name in torch._C._dispatch_get_all_op_names():
+        namespace, _, rest = name.partition("::")
+        if any(fnmatch.fnmatchcase(f"{namespace}.{rest.split('.')[0]}", p) for p in patterns):
+            found.append(name)
+    return sorted(found)
+
+
+def _unavailable(op: str) -> Callable:
+    def kernel(*args: Any, **kwargs: Any) -> Any:
+        if _active is not None:
+            _active.saw_op(op)
+        raise ForbiddenOperator(f"{op} {UNAVAILABLE}: the from-scratch rule forbids it for this problem")
+
+    return kernel
+
+
+def remove_operators(patterns: Iterable[str]) -> Any:
+    """Replace every operator the patterns match with a kernel that raises ForbiddenOperator, until the
+    returned library is destroyed (or collected): whoever can reach it could undo this, so the grader's
+    child keeps it where only a construct the scan holds (gc, frames, sys.modules) could find it."""
+    by_namespace: dict[str, list[str]] = {}
+    for name in operator_overloads(patterns):
+        namespace, _, rest = name.partition("::")
+        by_namespace.setdefault(namespace, []).append(rest)
+    libraries = []
+    for namespace, overloads in by_namespace.items():
+        library = torch.library.Library(namespace, "IMPL")
+        for overload in overloads:
+            op = f"{namespace}.{overload.split('.')[0]}"
+            for key in OVERRIDE_KEYS:
+                library.impl(overload, _unavailable(op), key)
+        libraries.append(library)
+    return _Libraries(libraries)
+
+
+class _Libraries:
+    def __init__(self, libraries: list[Any]):
+        self.libraries = libraries
+
+    def _destroy(self) -> None:
+        for library in self.libraries:
+            library._destroy()
+        self.libraries = []
+
+
+def _process_refused(how: str) -> None:
+    """Starting a process while a case runs: recorded, and refused (graded code computes in its own process)."""
+    if _active is not None:
+        _active.started_process(how)
+        raise PermissionError(
+            f"{how}: graded code must compute in its own process; starting a process while a case runs breaks "
+            "the from-scratch rule"
+        )
+
+
+def _audit(event: str, args: tuple) -> None:
+    if event in PROCESS_EVENTS and _active is not None:
+        _process_refused(f"your code {STARTED_PROCESS} ({event})")
+
+
+def _refuse_processes() -> None:
+    """An audit hook (it cannot be removed) for the calls that raise audit events, and a tripwire on the
+    call under subprocess and multiprocessing's spawn and forkserver, which raise none."""
+    sys.addaudithook(_audit)
+    import _posixsubprocess
+
+    fork_exec = _posixsubprocess.fork_exec
+
+    @functools.wraps(fork_exec)
+    def refused_fork_exec(*args: Any, **kwargs: Any) -> Any:
+        _process_refused(f"your code {STARTED_PROCESS} (_posixsubprocess.fork_exec)")
+        return fork_exec(*args, **kwargs)
+
+    _posixsubprocess.fork_exec = refused_fork_exec

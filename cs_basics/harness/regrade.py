@@ -101,14 +101,14 @@ def fingerprint(course: Mapping[str, str], assignment: Assignment, submission: P
 
 def settings_of(args) -> dict:
     """The grading options that can change a grade."""
-    names = ("device", "case_seconds", "total_seconds", "timeouts_per_problem", "memory_mb", "tmp_mb")
+    names = ("device", "case_seconds", "total_seconds", "timeouts_per_problem", "memory_mb", "tmp_mb", "release")
     return {name: getattr(args, name, None) for name in names}
 
 
 def stamp(data: dict, fingerprint: dict | None, error: str = "") -> dict:
     """The results with what the batch knows: the fingerprint of a completed grading, or why it did not complete
     (no fingerprint then, so the next batch grades it again)."""
-    ours = {k: v for k, v in stored(data).items() if k == "sandbox"} | dict(fingerprint or {})
+    ours = {k: v for k, v in stored(data).items() if k in ("sandbox", "held")} | dict(fingerprint or {})
     if error:
         ours["error"] = error
     return {**data, "extra_data": {**(data.get("extra_data") or {}), EXTRA: ours}}

@@ -43,7 +43,7 @@ TOTALS_PNG, PASS_RATES_PNG = "totals.png", "pass_rates.png"
 MISTAKE = re.compile(r"\(known mistake: ([^()]+?)\)")
 TOP = 3  # how many mistakes or failure lines per case
 UNTAGGED = "(untagged)"
-SCORE_FIELDS = ["submission", "score", "max_score", "error"]
+SCORE_FIELDS = ["submission", "score", "max_score", "held", "error"]
 ITEM_FIELDS = ["case", "problem", "submissions", "passed", "pass_rate", "mean_score", "max_score", "mistakes"]
 ITEM_FIELDS += ["other_failures", "visibility"]  # hidden cases' rows quote their messages: a staff file
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")  # a cell a spreadsheet may run (OWASP's CSV injection)
@@ -137,7 +137,8 @@ def score_row(name: str, data: Mapping) -> dict:
     """One line of scores.csv; `error` is what the batch stamped when grading did not complete."""
     error = stored(data).get("error", "")
     most = round(sum(t.get("max_score", 0.0) for t in data.get("tests", [])), 3)
-    return {"submission": name, "score": total(data), "max_score": most, "error": error}
+    held = " ".join((data.get("extra_data") or {}).get("cs_basics", {}).get("held", []))  # for the staff to read
+    return {"submission": name, "score": total(data), "max_score": most, "held": held, "error": error}
 
 
 def csv_text(rows: list[dict], fields: list[str]) -> str:

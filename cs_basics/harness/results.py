@@ -80,6 +80,8 @@ def results_json(grade: Grade) -> dict:
     data = results_file(grade.score, grade.execution_time, output, tests)
     if grade.sandbox:  # Gradescope keeps `extra_data` and shows it to nobody
         data["extra_data"] = {"cs_basics": {"sandbox": grade.sandbox}}
+    if grade.held:  # problems the staff must read (`--release PROBLEM` once they have)
+        data.setdefault("extra_data", {}).setdefault("cs_basics", {})["held"] = list(grade.held)
     return data
 
 

@@ -237,6 +237,73 @@ class Program:
                         found.add(Use(full, module.path, line))
         return sorted(found, key=lambda u: (u.path, u.line, u.name))
 
+    def runs(self, entries: Iterable[tuple[str, str]], imported: Iterable[str] = ()) -> dict[str, list[ast.AST]]:
+        """What runs when the entries are called, by module: the definitions they reach, and everything that
+        runs at import in the modules those live in, in the packages above them and in the student modules
+        they import (module-level code, with the definitions it calls, decorators, defaults, class bodies)."""
+        reached = self.reachable(entries)
+        modules = {m for m in self.modules if any(i == m or i.startswith(m + ".") for i in imported)}
+        while True:
+            grown = {m for m, _ in reached} | modules
+            for name in list(grown):
+                parts = name.split(".")
+                grown |= {".".join(parts[:end]) for end in range(1, len(parts))} & self.modules.keys()
+                for full in self.modules[name].aliases.values() if name in self.modules else ():
+                    target = self.definition(full)
+                    grown |= {target[0]} if target else set()
+                    grown |= {m for m in self.modules if full == m or full.startswith(m + ".")}
+            entries = [
+                target
+                for name in grown
+                if name in self.modules
+                for chain in called(import_time(self.modules[name], set()))
+                if (target := self.resolve(self.modules[name], chain)[1]) is not None
+            ]
+            more = self.reachable(entries) | reached
+            if grown == modules and more == reached:
+                break
+            modules, reached = grown, more
+        return {
+            name: import_time(self.modules[name], {d for m, d in reached if m == name})
+            for name in sorted(modules)
+            if name in self.modules
+        }
+
+
+def called(nodes: list[ast.AST]) -> Iterator[list[str]]:
+    """The name chains that code run at import calls (a name only assigned, `_mine = softmax`, runs nothing);
+    a decorator counts as a call."""
+    for node in nodes:
+        if isinstance(node, ast.expr) and dotted(node):
+            yield dotted(node)
+        for n in ast.walk(node):
+            if isinstance(n, ast.Call) and dotted(n.func):
+                yield dotted(n.func)
+
+
+def import_time(module: Module, reached: set[str]) -> list[ast.AST]:
+    """The parts of a module that run: all of its top-level code but the bodies of functions (and methods)
+    not in `reached`, and `if __name__ == "__main__":` blocks."""
+    nodes: list[ast.AST] = []
+
+    def add(statements: list[ast.stmt], top: bool) -> None:
+        for node in statements:
+            name = getattr(node, "name", None)
+            if (top and name in reached) or (not isinstance(node, _DEFINITIONS) and not _is_main_guard(node)):
+                nodes.append(node)
+            elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                args = node.args
+                nodes.extend([*node.decorator_list, *args.defaults, *[d for d in args.kw_defaults if d]])
+            elif isinstance(node, ast.ClassDef):
+                nodes.extend([*node.decorator_list, *node.bases, *node.keywords])
+                add(node.body, top=False)
+
+    add(module.tree.body, top=True)
+    return nodes
+
+
+_DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+
 
 def entry_points(adapters: Module, program: Program, function: str) -> list[tuple[str, str]]:
     """The student definitions an adapter function names (e.g. `functional.softmax` in `run_softmax`)."""
@@ -250,6 +317,125 @@ def entry_points(adapters: Module, program: Program, function: str) -> list[tupl
     return targets
 
 
+# ---------------------------------------------------------------- constructs that reach into the interpreter
+
+# Code a problem runs may not reach the grader's objects in its own process, nor build names this scan
+# cannot read: a use of one of these holds the problem for the staff's review (see README, "From scratch").
+# Modules whose every name is held (a few harmless names of sys excepted), wherever they are reached:
+HELD_MODULES = {
+    "sys": "the interpreter's module registry and frames (sys.modules, sys._getframe)",
+    "gc": "the garbage collector's list of every object",
+    "inspect": "frames and other functions' globals",
+    "ctypes": "raw memory and C calls",
+    "importlib": "imports by a name built at run time",
+    "builtins": "the interpreter's built-in names",
+    "types": "code and function objects built at run time",
+    "marshal": "code objects built at run time",
+    "pickle": "calls of functions named in data",
+    "copyreg": "calls of functions named in data",
+    "operator": "attribute access by a name built at run time (attrgetter, methodcaller)",
+    "_thread": "the harness's threads",
+    "subprocess": "another process",
+    "multiprocessing": "another process",
+    "concurrent": "another process",
+    "pty": "another process",
+    "runpy": "code run by a name built at run time",
+    "code": "code run from a string",
+}
+HARMLESS = {
+    "sys.float_info", "sys.maxsize", "sys.stdout", "sys.stderr", "sys.version_info", "sys.platform",
+    "sys.byteorder", "sys.path", "sys.argv", "sys.exit", "sys.getsizeof", "sys.setrecursionlimit",
+    "operator.add", "operator.mul", "operator.sub", "operator.truediv", "operator.matmul", "operator.neg",
+    "operator.itemgetter", "types.SimpleNamespace", "os._exit",
+}  # fmt: skip
+# a fresh interpreter, without the forbidden operators' replacement (a forked process inherits it)
+HELD_PATTERNS = {
+    pattern: "another process, started by exec"
+    for pattern in ("os.system", "os.popen", "os.posix_spawn*", "os.exec*", "os.spawn*", "os.startfile")
+}
+# held wherever they appear, even on the student's own objects: they reach other code's objects
+HELD_DUNDERS = {
+    "__dict__", "__globals__", "__class__", "__subclasses__", "__builtins__", "__bases__", "__base__", "__mro__",
+    "__code__", "__closure__", "__func__", "__self__", "__wrapped__", "__getattribute__", "__setattr__",
+    "__delattr__", "__reduce__", "__reduce_ex__", "__loader__", "__spec__", "__import__", "__module__",
+    "__defaults__", "__kwdefaults__", "__traceback__", "__frame__", "f_back", "f_globals", "f_locals",
+    "tb_frame", "gi_frame", "cr_frame", "__objclass__", "__init_subclass__", "__set_name__",
+}  # fmt: skip
+NAMING = {"__class__": {"__name__", "__qualname__"}}  # `self.__class__.__name__` only names the class
+HELD_CALLS = {
+    "exec": "code run from a string", "eval": "code run from a string", "compile": "code built from a string",
+    "__import__": "an import by a name built at run time", "globals": "a module's namespace as a dictionary",
+    "vars": "an object's namespace as a dictionary", "breakpoint": "a debugger",
+}  # fmt: skip
+DYNAMIC_ATTRIBUTE = {"getattr", "setattr", "delattr"}
+TOOLING_NAMES = ("cs_basics.harness", "cs_basics.study", "cs_basics.cli", "tests", "hidden")  # the grader's code
+
+
+@dataclass(frozen=True)
+class Construct:
+    what: str  # e.g. "sys.modules", "getattr with a name built at run time"
+    why: str  # what it reaches
+    path: str
+    line: int
+
+    def __str__(self) -> str:
+        return f"{self.what} ({self.why}) at {self.path}:{self.line}"
+
+
+def _held_name(full: str) -> str | None:
+    """Why a resolved library name is held, else None."""
+    parts = full.split(".")
+    if any(full == h or full.startswith(h + ".") for h in HARMLESS):  # sys.path.append too
+        return None
+    if parts[0] in HELD_MODULES:
+        return HELD_MODULES[parts[0]]
+    pattern = matches(full, HELD_PATTERNS)
+    if pattern:
+        return HELD_PATTERNS[pattern]
+    if any(full == t or full.startswith(t + ".") for t in TOOLING_NAMES):
+        return "the grader's own code"
+    for part in parts[1:]:
+        if part in HELD_MODULES and part not in ("types", "operator", "code"):
+            return f"a module reached as an attribute of another ({HELD_MODULES[part]})"
+        if part.startswith("_") and not part.startswith("__"):
+            return "a library's private name"
+    return None
+
+
+def constructs(module: Module, program: Program, nodes: Iterable[ast.AST]) -> list[Construct]:
+    """The held constructs in `nodes` of `module`."""
+    found = []
+
+    def held(what: str, why: str, line: int) -> None:
+        found.append(Construct(what, why, module.path, line))
+
+    for node in nodes:
+        naming = {  # `x.__class__` read only for its name: `x.__class__.__name__`
+            id(n.value)
+            for n in ast.walk(node)
+            if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Attribute)
+            and n.attr in NAMING.get(n.value.attr, ())
+        }  # fmt: skip
+        for n in ast.walk(node):
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id not in module.defs:
+                name = n.func.id
+                if name in HELD_CALLS:
+                    held(f"{name}()", HELD_CALLS[name], n.lineno)
+                elif name in DYNAMIC_ATTRIBUTE and not (len(n.args) >= 2 and isinstance(n.args[1], ast.Constant)):
+                    held(f"{name} with a name built at run time", "names this scan cannot read", n.lineno)
+            if isinstance(n, ast.Attribute) and n.attr in HELD_DUNDERS and id(n) not in naming:
+                held(f".{n.attr}", "other code's objects", n.lineno)
+            elif isinstance(n, ast.Name) and n.id in HELD_DUNDERS:
+                held(n.id, "other code's objects", n.lineno)
+        for chain, line in references(node):
+            full, target = program.resolve(module, chain)
+            why = None if target is not None or chain[0] not in module.aliases else _held_name(full)
+            if why:
+                held(full, why, line)
+    unique = {(c.path, c.line, c.what): c for c in found}
+    return sorted(unique.values(), key=lambda c: (c.path, c.line, c.what))
+
+
 def depth(tree: ast.AST) -> int:
     """How many levels deep the tree goes (without recursing)."""
     deepest, todo = 0, [(tree, 1)]
@@ -260,20 +446,26 @@ def depth(tree: ast.AST) -> int:
     return deepest
 
 
-def scan(job: dict) -> dict[str, list[Use]]:
-    """Each problem's forbidden names in the code its adapter reaches. `job`: "code" (the folder), "files"
-    (the student's files under it), "adapters" (module name), "adapters_path" and "problems" (name ->
-    [adapter function, forbidden patterns])."""
+def scan(job: dict) -> dict[str, tuple[list[Use], list[Construct]]]:
+    """Each problem's forbidden names in the code its adapter reaches, and the constructs that reach into the
+    interpreter in all the code that runs for it (what the adapters module imports runs for every problem).
+    `job`: "code" (the folder), "files" (the student's files under it), "adapters" (module name),
+    "adapters_path" and "problems" (name -> [adapter function, forbidden patterns])."""
     code = Path(job["code"])
     program = Program.parse(code, [Path(f) for f in job["files"]])
     try:
         adapters = Module(job["adapters"], Path(job["adapters_path"]).name, Path(job["adapters_path"]).read_bytes())
     except (OSError, SyntaxError, ValueError):
         return {}
-    return {
-        name: program.uses(program.reachable(entry_points(adapters, program, adapter)), forbidden)[:USES_KEPT]
-        for name, (adapter, forbidden) in job["problems"].items()
-    }
+    imported = list(adapters.aliases.values())
+    found = {}
+    for name, (adapter, forbidden) in job["problems"].items():
+        entries = entry_points(adapters, program, adapter)
+        uses = program.uses(program.reachable(entries), forbidden)[:USES_KEPT]
+        runs = program.runs(entries, imported)
+        held = [c for m, nodes in runs.items() for c in constructs(program.modules[m], program, nodes)]
+        found[name] = (uses, held[:USES_KEPT])
+    return found
 
 
 def main() -> None:
@@ -288,7 +480,7 @@ def main() -> None:
 
     def work() -> None:
         try:
-            result["uses"] = scan(job)
+            result["found"] = scan(job)
         except Unreadable as err:
             result["unreadable"] = str(err)
         except RecursionError:

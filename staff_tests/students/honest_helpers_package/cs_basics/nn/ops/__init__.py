@@ -1,0 +1,4 @@
+from .attention import attention
+from .softmax import stable_softmax
+
+__all__ = ["attention", "stable_softmax"]
