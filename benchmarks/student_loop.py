@@ -26,8 +26,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from cs_basics.harness import handout
 from cs_basics.harness.config import Assignment
+from cs_basics.harness.course import handout
 
 ROOT = Path(__file__).resolve().parents[1]
 TRIVIAL = "import torch\n\n\ndef test_trivial():\n    assert torch.ones(2).sum() == 2\n"

@@ -17,11 +17,11 @@ def cmd_fixtures(args: argparse.Namespace) -> int:
 
 
 def cmd_grade(args: argparse.Namespace) -> int:
-    from cs_basics.harness.batch import grade_many, is_batch
     from cs_basics.harness.config import Assignment
-    from cs_basics.harness.grade_command import grade_one, limits_from
-    from cs_basics.harness.results import printable
-    from cs_basics.harness.shards import ShardError
+    from cs_basics.harness.course.batch import grade_many, is_batch
+    from cs_basics.harness.course.shards import ShardError
+    from cs_basics.harness.grading.command import grade_one, limits_from
+    from cs_basics.harness.grading.results import printable
 
     assignment = Assignment.find(args.project)
     submission = (args.submission or assignment.root).resolve()
@@ -40,9 +40,16 @@ def cmd_grade(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from cs_basics.harness.report import ReportError, analyse, load_folder, merge, print_analysis, unfinished_message
-    from cs_basics.harness.results import printable
-    from cs_basics.harness.shards import submission_folders
+    from cs_basics.harness.course.report import (
+        ReportError,
+        analyse,
+        load_folder,
+        merge,
+        print_analysis,
+        unfinished_message,
+    )
+    from cs_basics.harness.course.shards import submission_folders
+    from cs_basics.harness.grading.results import printable
 
     try:
         if args.command == "merge":
@@ -61,8 +68,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_handout(args: argparse.Namespace) -> int:
-    from cs_basics.harness import handout
     from cs_basics.harness.config import Assignment
+    from cs_basics.harness.course import handout
 
     assignment = Assignment.find(args.project)
     out = args.out.resolve()
@@ -83,8 +90,8 @@ def cmd_handout(args: argparse.Namespace) -> int:
 
 
 def cmd_autograder(args: argparse.Namespace) -> int:
-    from cs_basics.harness import bundle
     from cs_basics.harness.config import Assignment
+    from cs_basics.harness.course import bundle
 
     assignment = Assignment.find(args.project)
     names = bundle.build(assignment, args.out)
@@ -93,7 +100,7 @@ def cmd_autograder(args: argparse.Namespace) -> int:
 
 
 def add_grade_options(parser: argparse.ArgumentParser) -> None:
-    from cs_basics.harness.limits import Limits
+    from cs_basics.harness.grading.limits import Limits
 
     parser.add_argument("--device", default=None, help="cuda, mps or cpu (default: the best present)")
     defaults = Limits()
@@ -245,7 +252,7 @@ SHARD_HELP = (
 
 
 def shard_option(text: str):
-    from cs_basics.harness.shards import ShardError, parse_shard
+    from cs_basics.harness.course.shards import ShardError, parse_shard
 
     try:
         return parse_shard(text)

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import torch
 
-from cs_basics.harness.grading import Grade, grade
-from cs_basics.harness.sandbox import Limits
+from cs_basics.harness.grading.grade import Grade, grade
+from cs_basics.harness.grading.sandbox import Limits
 
 ROOT = Path(__file__).resolve().parents[1]
 FUNCTIONAL = Path("cs_basics/nn/functional.py")

@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 
 from cs_basics.harness.config import Assignment
-from cs_basics.harness.grade_command import grade_one
-from cs_basics.harness.grading import take
-from cs_basics.harness.limits import Limits
-from cs_basics.harness.regrade import submission_digest
-from cs_basics.harness.sandbox import Worker, bubblewrap_runs
+from cs_basics.harness.course.regrade import submission_digest
+from cs_basics.harness.grading.command import grade_one
+from cs_basics.harness.grading.grade import take
+from cs_basics.harness.grading.limits import Limits
+from cs_basics.harness.grading.sandbox import Worker, bubblewrap_runs
 
 from .submissions import FUNCTIONAL, ROOT, submission, wrap_attention
 

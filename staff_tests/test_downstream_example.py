@@ -87,7 +87,7 @@ def test_nothing_of_the_harness_is_copied_into_the_example():
     assert (EXAMPLE / "tests" / "conftest.py").read_text().strip() == (
         'pytest_plugins = ["cs_basics.harness.pytest_plugin"]'
     )
-    harness = set().union(*(top_level_names(p) for p in (ROOT / "cs_basics" / "harness").glob("*.py")))
+    harness = set().union(*(top_level_names(p) for p in (ROOT / "cs_basics" / "harness").rglob("*.py")))
     sources = [p for p in EXAMPLE.rglob("*.py") if ".venv" not in p.relative_to(EXAMPLE).parts]
     assert len(sources) >= 5 and "graded" in harness and "FixtureStore" in harness
     for path in sources:

@@ -22,9 +22,9 @@ import pytest
 import torch
 
 import cs_basics
-from cs_basics.harness.fromscratch import FromScratch
 from cs_basics.harness.pytest_plugin import run_graded
-from cs_basics.harness.record import StudentFrames, Watch
+from cs_basics.harness.rule.fromscratch import FromScratch
+from cs_basics.harness.rule.record import StudentFrames, Watch
 
 from .submissions import ROOT, run, scores
 

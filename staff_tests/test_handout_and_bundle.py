@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from cs_basics.harness import bundle
 from cs_basics.harness.config import Assignment
-from cs_basics.harness.handout import HandoutError, build, check_readme, check_ruff, cut, handout_pyproject
+from cs_basics.harness.course import bundle
+from cs_basics.harness.course.handout import HandoutError, build, check_readme, check_ruff, cut, handout_pyproject
 
 from .submissions import ROOT, submission, wrap_attention
 

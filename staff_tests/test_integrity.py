@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from cs_basics.harness.config import Assignment
-from cs_basics.harness.grade_command import grade_one
-from cs_basics.harness.sandbox import Limits
+from cs_basics.harness.grading.command import grade_one
+from cs_basics.harness.grading.sandbox import Limits
 
 from .submissions import ROOT, STUBBED, fingerprint, outputs_of, run, scores, submission, wrap_attention
 

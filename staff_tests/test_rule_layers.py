@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from cs_basics.harness.fromscratch import HELD, FromScratch
 from cs_basics.harness.pytest_plugin import run_graded
-from cs_basics.harness.scan import Module, Program, constructs
+from cs_basics.harness.rule.fromscratch import HELD, FromScratch
+from cs_basics.harness.rule.scan import Module, Program, constructs
 
 from .submissions import ROOT, run, scores
 from .test_from_scratch import (
@@ -59,7 +59,7 @@ def scaled_dot_product_attention(Q, K, V, mask=None):
 """,
     "watch_exit": """
 def scaled_dot_product_attention(Q, K, V, mask=None):
-    watch = sys.modules["cs_basics.harness.record"].Watch
+    watch = sys.modules["cs_basics.harness.rule.record"].Watch
     if not hasattr(watch, "_forged"):
         original = watch.__exit__
 
@@ -381,7 +381,7 @@ def test_under_the_childs_seccomp_filter_threads_start_and_processes_do_not():
 def test_the_operators_come_back_whole_after_a_graded_case(assignment):
     """pytest removes them for each case and puts them back: after, torch.softmax runs and decomposes to
     aten._softmax as before (removing a CompositeExplicitAutograd kernel beside the implicit one did not)."""
-    from cs_basics.harness.record import StudentFrames, Watch
+    from cs_basics.harness.rule.record import StudentFrames, Watch
 
     rule = FromScratch(assignment, ROOT)
     x = torch.randn(3, 4)

@@ -30,10 +30,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from cs_basics.harness.grading import GradingError, grade
-from cs_basics.harness.limits import Limits
-from cs_basics.harness.results import results_json
-from cs_basics.harness.sandbox import (
+from cs_basics.harness.grading.grade import GradingError, grade
+from cs_basics.harness.grading.limits import Limits
+from cs_basics.harness.grading.results import results_json
+from cs_basics.harness.grading.sandbox import (
     LEASE_PREFIX,
     UID_BASE,
     UID_COUNT,
@@ -576,7 +576,7 @@ def test_without_a_uid_to_kill_by_the_server_ends_what_a_job_left_as_its_subreap
     server's child (its subreaper), and the sweep after the job ends it. Runs as any user."""
     script = """
 import os, socket, time
-from cs_basics.harness import zygote
+from cs_basics.harness.grading import zygote
 
 ours, _theirs = socket.socketpair()
 server = zygote.Server(ours)

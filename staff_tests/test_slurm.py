@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from cs_basics.harness.regrade import read_results
-from cs_basics.harness.report import grade_of
+from cs_basics.harness.course.regrade import read_results
+from cs_basics.harness.course.report import grade_of
 
 from . import slurm_cluster
 from .slurm_cluster import Cluster, Unavailable

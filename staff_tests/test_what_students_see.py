@@ -17,10 +17,10 @@ import sys
 import pytest
 import torch
 
-from cs_basics.harness.grading import grade
-from cs_basics.harness.limits import Limits
-from cs_basics.harness.results import printable, results_json
-from cs_basics.harness.sandbox import Worker
+from cs_basics.harness.grading.grade import grade
+from cs_basics.harness.grading.limits import Limits
+from cs_basics.harness.grading.results import printable, results_json
+from cs_basics.harness.grading.sandbox import Worker
 
 from .submissions import ROOT, submission
 from .test_sandbox import SANDBOXES
@@ -281,7 +281,7 @@ def test_an_escape_laden_exception_reaches_no_terminal_but_stays_in_the_results(
 
 
 def test_csv_cells_that_a_spreadsheet_would_run_are_quoted_and_numbers_stay_numbers(tmp_path):
-    from cs_basics.harness.report import csv_text
+    from cs_basics.harness.course.report import csv_text
 
     rows = [{"a": "=cmd|' /C calc'!A0", "b": -1, "c": "-2", "d": "+x", "e": "@SUM(1)", "f": "\tx", "g": "ok"}]
     rows += [{"a": "\rx", "b": -0.5, "c": 3.25, "d": "a=b", "e": "", "f": "1-2", "g": "-"}]

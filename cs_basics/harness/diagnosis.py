@@ -25,14 +25,37 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 
 from cs_basics.harness.compare import Tolerance
 
-if TYPE_CHECKING:
-    from cs_basics.harness.cases import Case, CheckContext
+
+class Case(Protocol):
+    """What a diagnosis reads of a case (cases.Case is one: the case model sits above this module)."""
+
+    dtype: Any
+    tolerance: Any
+    mistakes: Any
+    crashes: Any
+    contract: Any
+
+    def prepare(self, *args: Any, **kwargs: Any) -> Any: ...
+
+    def call(self, *args: Any, **kwargs: Any) -> Any: ...
+
+
+class CheckContext(Protocol):
+    """What a diagnosis reads of a failing check (cases.CheckContext is one)."""
+
+    case: Case
+    inputs: Any
+    outputs: Any
+    expected: Any
+
+    def tolerance(self, name: str) -> Any: ...
+
 
 SWITCH = "CS_BASICS_DIAGNOSIS"  # "off": no diagnosis at all (to measure what it costs)
 MAX_NAMED = 3  # when more known mistakes than this give the same numbers, naming them helps nobody

@@ -16,13 +16,14 @@ from types import ModuleType
 import pytest
 import torch
 
-from cs_basics.harness import diagnosis, record
+from cs_basics.harness import diagnosis
 from cs_basics.harness.cases import Case, run_call, run_check
 from cs_basics.harness.config import Assignment
 from cs_basics.harness.device import DEVICE_ENV, choose_device, use_exact_float32
 from cs_basics.harness.fixtures import FixtureError
-from cs_basics.harness.fromscratch import FromScratch, runtime_breach
-from cs_basics.harness.scan import Unreadable
+from cs_basics.harness.rule import record
+from cs_basics.harness.rule.fromscratch import FromScratch, runtime_breach
+from cs_basics.harness.rule.scan import Unreadable
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

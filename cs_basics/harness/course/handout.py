@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 
 from cs_basics.harness.config import Assignment
-from cs_basics.harness.grading import grade, student_files
+from cs_basics.harness.grading.grade import grade, student_files
 
 BEGIN, END = "# BEGIN SOLUTION", "# END SOLUTION"
 # tooling that computes an answer from scratch: its body is cut as the student's files are (the rule also

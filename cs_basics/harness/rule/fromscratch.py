@@ -21,12 +21,12 @@ from functools import cached_property
 from pathlib import Path
 
 from cs_basics.harness.config import Assignment, Problem
-from cs_basics.harness.record import UNAVAILABLE, Record, StudentFrames, Watch, recording, student_predicate
-from cs_basics.harness.scan import STACK_BYTES, Construct, Unreadable, Use
+from cs_basics.harness.rule.record import UNAVAILABLE, Record, StudentFrames, Watch, recording, student_predicate
+from cs_basics.harness.rule.scan import STACK_BYTES, Construct, Unreadable, Use
 
 SCAN_MEMORY = 1 << 30  # the scan's process: real code of 5 MiB (the largest graded) parses in about 250 MiB
 SCAN_SECONDS = 60.0  # real code of 5 MiB parses in about 5 s on a loaded 2-core machine
-HARNESS_ROOT = Path(__file__).resolve().parents[2]  # the grader's own cs_basics (never the student's) is below
+HARNESS_ROOT = Path(__file__).resolve().parents[3]  # the grader's own cs_basics (never the student's) is below
 
 # cs_basics's tooling, not the student's: the grader stages its own copy over the submission's and
 # never scans it, in this assignment and in any later one that grades the student's cs_basics
@@ -174,7 +174,9 @@ def scan_bounded(job: dict, memory: int = SCAN_MEMORY, seconds: float = SCAN_SEC
     """scan.scan(job) in a fresh Python of its own (no torch, no threads of the grader's), its address space
     limited to `memory` and its time to `seconds`: whatever the student's code holds, the grading process
     parses none of it. Raises Unreadable when the code cannot be read within these bounds."""
-    start = f"import sys; sys.path.insert(0, {str(HARNESS_ROOT)!r}); from cs_basics.harness.scan import main; main()"
+    start = (
+        f"import sys; sys.path.insert(0, {str(HARNESS_ROOT)!r}); from cs_basics.harness.rule.scan import main; main()"
+    )
     try:
         done = subprocess.run(
             [sys.executable, "-I", "-c", start],

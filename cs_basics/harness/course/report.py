@@ -34,9 +34,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from cs_basics.harness.regrade import stored
-from cs_basics.harness.results import printable, write_atomic, write_results
-from cs_basics.harness.shards import shard_of, submission_folders
+from cs_basics.harness.course.regrade import stored
+from cs_basics.harness.course.shards import shard_of, submission_folders
+from cs_basics.harness.grading.results import printable, write_atomic, write_results
 
 SCORES, ITEMS, PROBLEMS = "scores.csv", "items.csv", "problems.csv"
 TOTALS_PNG, PASS_RATES_PNG = "totals.png", "pass_rates.png"

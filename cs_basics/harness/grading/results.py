@@ -24,7 +24,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from cs_basics.harness.config import HIDDEN_VISIBILITIES, Assignment, ConfigError
-from cs_basics.harness.grading import Grade
+from cs_basics.harness.grading.grade import Grade
 
 OUTPUT_LIMIT = 8000  # characters of output per test
 # control characters (C0 but newline and tab, DEL, C1) and the bidirectional overrides that reorder a line

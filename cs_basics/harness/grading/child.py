@@ -158,7 +158,7 @@ def run_job(job: dict, progress: int, isolated: bool, import_paths: list[str]) -
     sys.path[:] = trusted_path(code, job["repo"])
     os.chdir(job_dir / "work")
     os.environ["HOME"] = str(job_dir / "work")
-    from cs_basics.harness import record
+    from cs_basics.harness.rule import record
 
     record.install()  # before the submission's code runs: threads it starts are recorded too
     groups = cases_by_rule(job)
@@ -190,7 +190,7 @@ def cases_by_rule(job: dict) -> list[tuple[list[str], list[str]]]:
 def run_group(job: dict, report: Reporter, isolated: bool, forbidden_ops: list[str], case_ids: list[str]) -> None:
     """Import the submission and run cases that forbid the same operators, which are not there from
     before the import on: torch's dispatcher raises for them, whatever the code does to the record."""
-    from cs_basics.harness import record
+    from cs_basics.harness.rule import record
 
     rule = job["rule"]
     code = Path(job["dir"]) / "code"

@@ -21,9 +21,9 @@ from rich.markup import escape
 
 from cs_basics.harness.config import Assignment
 from cs_basics.harness.device import choose_device
-from cs_basics.harness.grading import Grade, GradingError, grade
-from cs_basics.harness.results import placeholder, print_table, printable, results_json, write_results
-from cs_basics.harness.sandbox import STOP, Limits, Worker, request_stop
+from cs_basics.harness.grading.grade import Grade, GradingError, grade
+from cs_basics.harness.grading.results import placeholder, print_table, printable, results_json, write_results
+from cs_basics.harness.grading.sandbox import STOP, Limits, Worker, request_stop
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 

@@ -13,7 +13,7 @@ import zipfile
 from pathlib import Path
 
 from cs_basics.harness.config import Assignment
-from cs_basics.harness.handout import ALWAYS_LEFT_OUT, repository_files
+from cs_basics.harness.course.handout import ALWAYS_LEFT_OUT, repository_files
 
 SETUP = """#!/usr/bin/env bash
 # Gradescope runs this once, as root, in /autograder/source, while building the image.

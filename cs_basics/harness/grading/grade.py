@@ -17,17 +17,17 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from cs_basics.harness import intake
 from cs_basics.harness.cases import Case, run_check
 from cs_basics.harness.config import Assignment, ConfigError
 from cs_basics.harness.diagnosis import explain_crash
-from cs_basics.harness.fromscratch import HELD, TOOLING, FromScratch, excluded_code, runtime_breach
-from cs_basics.harness.fromscratch import student_files as student_files  # the handout's import
-from cs_basics.harness.record import recording
-from cs_basics.harness.sandbox import CaseRun, Limits, StaffError, Worker, python_paths, run_cases
-from cs_basics.harness.scan import Unreadable
+from cs_basics.harness.grading import intake
+from cs_basics.harness.grading.sandbox import CaseRun, Limits, StaffError, Worker, python_paths, run_cases
+from cs_basics.harness.rule.fromscratch import HELD, TOOLING, FromScratch, excluded_code, runtime_breach
+from cs_basics.harness.rule.fromscratch import student_files as student_files  # the handout's import
+from cs_basics.harness.rule.record import recording
+from cs_basics.harness.rule.scan import Unreadable
 
-PACKAGE = Path(__file__).resolve().parents[1]  # the grader's own cs_basics
+PACKAGE = Path(__file__).resolve().parents[2]  # the grader's own cs_basics
 
 
 HIDDEN_BREACH = (  # a public case's entry, when a hidden case broke the rule: that case's entry says how

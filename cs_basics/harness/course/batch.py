@@ -21,13 +21,13 @@ from rich.markup import escape
 from rich.progress import Progress
 
 from cs_basics.harness.config import Assignment
+from cs_basics.harness.course.regrade import Planned, plan, read_results, settings_of, stamp
+from cs_basics.harness.course.report import SCORES, analyse, print_analysis, score_row, write_scores
+from cs_basics.harness.course.shards import resolve_shard, select, submission_folders
 from cs_basics.harness.device import choose_device
-from cs_basics.harness.grade_command import grade_safely, limits_from, stopping_on_signals
-from cs_basics.harness.regrade import Planned, plan, read_results, settings_of, stamp
-from cs_basics.harness.report import SCORES, analyse, print_analysis, score_row, write_scores
-from cs_basics.harness.results import printable, write_results
-from cs_basics.harness.sandbox import STOP, StaffError, Worker
-from cs_basics.harness.shards import resolve_shard, select, submission_folders
+from cs_basics.harness.grading.command import grade_safely, limits_from, stopping_on_signals
+from cs_basics.harness.grading.results import printable, write_results
+from cs_basics.harness.grading.sandbox import STOP, StaffError, Worker
 
 
 def has_student_code(assignment: Assignment, folder: Path) -> bool:

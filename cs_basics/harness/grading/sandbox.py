@@ -43,8 +43,8 @@ import torch
 from safetensors.torch import load
 
 from cs_basics.harness.compare import Foreign
-from cs_basics.harness.limits import Limits
-from cs_basics.harness.record import Record
+from cs_basics.harness.grading.limits import Limits
+from cs_basics.harness.rule.record import Record
 
 HERE = Path(__file__).resolve().parent
 SERVER_FILES = ("zygote.py", "child.py")

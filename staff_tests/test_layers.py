@@ -1,0 +1,23 @@
+"""The harness's layers hold: a module imports only the layers below its own (import-linter's contract in
+pyproject.toml), so the course's tools, the grader, the rule and the test library can each be read alone."""
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_no_module_imports_a_layer_above_its_own():
+    lint = shutil.which("lint-imports", path=str(Path(sys.executable).parent))
+    assert lint, "import-linter is a dev dependency: uv sync installs it"
+    done = subprocess.run([lint, "--no-cache"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert "1 kept, 0 broken" in done.stdout
+
+
+def test_each_layer_says_what_it_is():
+    for package in ("harness", "harness/rule", "harness/grading", "harness/course"):
+        doc = (ROOT / "cs_basics" / package / "__init__.py").read_text()
+        assert doc.startswith('"""') and "import" in doc, f"cs_basics/{package}/__init__.py explains its layer"
