@@ -90,11 +90,11 @@ def test_the_handout_checks_catch_a_staff_section_a_solution_import_and_the_thre
     build(assignment, out)
     assert check_readme(assignment, out) == [] and check_ruff(out) == []
     readme = out / "README.md"
-    readme.write_text(readme.read_text() + "\n## For course staff\n\nThe reference solution...\n")
-    assert "README.md has the staff README's section 'For course staff'" in check_readme(assignment, out)
+    readme.write_text(readme.read_text() + "\n## What next, by role\n\nThe reference solution...\n")
+    assert "README.md has the staff README's section 'What next, by role'" in check_readme(assignment, out)
     readme.write_text((ROOT / "docs" / "student" / "README.md").read_text())
-    staff = (ROOT / "README.md").read_text()
-    threat_model = staff[staff.index("### Threat model") :].split("\n### ")[0]
+    staff = (ROOT / "docs" / "grading.md").read_text()
+    threat_model = staff[staff.index("## Threat model") :].split("\n## ")[0]
     (out / "NOTES.md").write_text(threat_model)
     assert check_readme(assignment, out) == ["NOTES.md has the staff README's section 'Threat model'"]
     (out / "NOTES.md").unlink()

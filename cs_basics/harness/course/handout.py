@@ -213,14 +213,17 @@ def headings(text: str) -> list[str]:
 
 def check_readme(assignment: Assignment, out: Path) -> list[str]:
     """The handout's README is the student's, and no Markdown file in the handout has a section of the
-    staff README that the student's does not (layout, fixtures, grading, the threat model...)."""
+    staff's manual (the README and the pages of docs/ beside the student's) that the student's does not
+    (layout, fixtures, grading, the threat model...)."""
     readme = student_readme(assignment)
     if readme is None:
         return []
     problems = []
     if (out / "README.md").read_text() != readme.read_text():
         problems.append(f"the handout's README.md is not {readme.relative_to(assignment.root)}")
-    staff = set(headings((assignment.root / "README.md").read_text())) - set(headings(readme.read_text()))
+    manual = [assignment.root / "README.md", *(p for p in (assignment.root / "docs").glob("*.md") if p != readme)]
+    staff = {h for page in manual if page.is_file() for h in headings(page.read_text())}
+    staff -= set(headings(readme.read_text()))
     for path in sorted(out.rglob("*.md")):
         if ".venv" not in path.relative_to(out).parts:
             for heading in sorted(staff & set(headings(path.read_text()))):
