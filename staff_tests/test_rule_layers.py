@@ -20,7 +20,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from cs_basics.harness.pytest_plugin import run_graded
 from cs_basics.harness.rule.fromscratch import HELD, FromScratch
 from cs_basics.harness.rule.scan import Module, Program, constructs
 
@@ -31,9 +30,9 @@ from .test_from_scratch import (
     SOFTMAX,
     SOFTMAX_FROM_SCRATCH,
     attention_with,
+    pytest_verdicts,
     source,
     student,
-    students_package,
 )
 
 STUDENTS = Path(__file__).parent / "students"
@@ -139,19 +138,12 @@ def graded(assignment, tmp_path, functional: str, sandbox: str | None = None, re
 
 def pytest_messages(assignment, folder: Path, released=()) -> dict[str, str]:
     """The first failure message per problem in the students' pytest run (the same rule, in-process)."""
-    rule = FromScratch(assignment, folder, frozenset(released))
-    breaches, first = {}, {}
-    with students_package(folder):
-        import importlib.util
-
-        spec = importlib.util.spec_from_file_location("submission_adapters", folder / "tests" / "adapters.py")
-        adapters = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(adapters)
-        for case in assignment.cases:
-            try:
-                run_graded(case, adapters, assignment, torch.device("cpu"), rule, breaches)
-            except (AssertionError, pytest.fail.Exception, Exception) as err:
-                first.setdefault(case.problem, str(err))
+    first, problems = {}, {case.id: case.problem for case in assignment.cases}
+    for case_id, message in pytest_verdicts(
+        assignment, folder, released, catch=(Exception, pytest.fail.Exception)
+    ).items():
+        if message is not None:
+            first.setdefault(problems[case_id], message)
     return first
 
 
