@@ -272,7 +272,9 @@ def scaled_dot_product_attention(Q, K, V, mask=None):
 def test_the_study_kernel_is_no_answer_to_the_assignment(how, assignment, tmp_path):
     """The name is found in the code attention reaches, or the kernel's marker operator in a case's run."""
     submission = source(SOFTMAX_FROM_SCRATCH, STUDY_KERNEL_ANSWERS[how])
-    message = first_breach(assignment, tmp_path, submission, {SOFTMAX: 1.0, ATTENTION: 0.0})
+    # reached at run time, importlib and getattr hold attention for review; released, the kernel's marker is seen
+    released = () if how == "imported" else (ATTENTION,)
+    message = first_breach(assignment, tmp_path, submission, {SOFTMAX: 1.0, ATTENTION: 0.0}, released)
     if how == "imported":
         assert "uses cs_basics.study.flash.flash_attention at cs_basics/nn/functional.py:" in message, message
     else:

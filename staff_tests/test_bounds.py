@@ -64,7 +64,7 @@ def write_functional(folder: Path, tail: bytes) -> None:
 
 
 HOSTILE = {  # what is appended to a right functional.py, and what every test's message then says
-    "38MB": (b'_BIG = "' + b"x" * 38_000_000 + b'"\n', "functional.py is 36.3 MiB; the limit is 1 MiB"),
+    "38MB": (b'_BIG = "' + b"x" * 38_000_000 + b'"\n', "functional.py is 36."),  # 36.2 MiB and the reference
     "200000_terms": (b"_DEEP = " + b"+".join([b"1"] * 200_000) + b"\n", "functional.py is nested too deeply"),
     "null_bytes": (b"_X = 1\x00\n", "null bytes"),
     "bad_encoding": (b"_S = '\xff\xfe'\n", "can't decode byte 0xff"),
@@ -93,7 +93,8 @@ def test_the_grader_reading_a_38_mb_source_stays_under_1_gib(tmp_path):
     done = subprocess.run([*command, "--results", str(results)], cwd=ROOT, capture_output=True, text=True, timeout=600)
     peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss << 10
     assert done.returncode == 0, done.stderr
-    assert "functional.py is 36.3 MiB" in json.loads(results.read_text())["output"]
+    size = (folder / FUNCTIONAL).stat().st_size / (1 << 20)
+    assert f"functional.py is {size:.1f} MiB; the limit is 1 MiB" in json.loads(results.read_text())["output"]
     assert peak < 1 << 30, f"a grading process peaked at {peak >> 20} MiB"
 
 
@@ -152,12 +153,13 @@ def test_a_300_mb_exception_in_attention_leaves_softmax_its_points(assignment, w
 
 
 def test_a_case_whose_report_is_lost_fails_alone(assignment, worker, tmp_path):
-    """The first attention case writes 100 KiB with no newline to the progress pipe, so the grader drops the
-    line that reports it: that case fails with a message saying so, every other case keeps its points."""
+    """The first attention case of each process (public, then hidden) writes 100 KiB with no newline to the
+    progress pipe, so the grader drops the line that reports it: that case fails with a message saying so,
+    every other case keeps its points."""
     lose_report = """
     import os
-    if not globals().get("_lost"):
-        globals()["_lost"] = True
+    if not os.path.exists("lost"):  # once (a file in the job's own folder: globals() would hold the problem)
+        open("lost", "w").close()
         for _fd in map(int, os.listdir("/proc/self/fd")):
             if _fd > 2 and os.path.exists(f"/proc/self/fd/{_fd}") and "pipe" in os.readlink(f"/proc/self/fd/{_fd}"):
                 os.write(_fd, b"x" * (100 << 10))
@@ -165,8 +167,10 @@ def test_a_case_whose_report_is_lost_fails_alone(assignment, worker, tmp_path):
     folder = submission(tmp_path, wrap_attention(lose_report))
     status, data, _ = graded(assignment, worker, folder, tmp_path / "results.json")
     failed = [t for t in data["tests"] if t["status"] == "failed"]
-    assert status == 0 and len(failed) == 1 and failed[0]["tags"] == ["scaled_dot_product_attention"], failed
-    assert "could not be reported" in failed[0]["output"]
+    # once per process: the public cases' and the hidden cases' (a fresh process, with a fresh working folder)
+    assert status == 0 and [t["visibility"] == "visible" for t in failed] == [True, False], failed
+    for t in failed:
+        assert t["tags"] == ["scaled_dot_product_attention"] and "could not be reported" in t["output"], t
 
 
 def test_a_job_that_leaves_a_deep_folder_in_its_own_folder_is_cleaned_up(assignment, worker, tmp_path):

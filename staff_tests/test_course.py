@@ -154,9 +154,9 @@ def test_shards_merged_equal_one_run(course, capsys):
         assert (tmp / "merged" / name).read_text() == (tmp / "whole" / name).read_text(), name
         assert (tmp / "checked" / name).read_text() == (tmp / "whole" / name).read_text(), name
     assert (tmp / "whole" / "scores.csv").read_text().splitlines()[1:] == [
-        "alice,6.0,6.0,",
-        "bob,1.0,6.0,",
-        "carol,0.0,6.0,",
+        "alice,6.0,6.0,,",
+        "bob,1.0,6.0,,",
+        "carol,0.0,6.0,,",
     ]
     for folder in ("whole", "merged"):
         assert all((tmp / folder / png).read_bytes()[:8] == PNG for png in ("totals.png", "pass_rates.png"))
@@ -235,7 +235,7 @@ def test_a_second_run_skips_what_did_not_change_and_regrades_what_did(course, tm
     assert "1 graded, 2 unchanged" in printed
     assert read_results(out / "bob.json")["score"] == pytest.approx(6.0)
     assert (out / "alice.json").read_bytes() == before["alice.json"]
-    assert (out / "scores.csv").read_text().splitlines()[1:] == ["alice,6.0,6.0,", "bob,6.0,6.0,", "carol,0.0,6.0,"]
+    assert (out / "scores.csv").read_text().splitlines()[1:] == ["alice,6.0,6.0,,", "bob,6.0,6.0,,", "carol,0.0,6.0,,"]
 
     written = (out / "alice.json").stat().st_mtime_ns
     printed = grade_here("--force", "--shard", "1/3")

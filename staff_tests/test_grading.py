@@ -185,7 +185,7 @@ def test_a_folder_of_submissions_is_graded_into_one_file_each_and_a_csv(tmp_path
     submission(folder, wrap_attention("raise RuntimeError('boom')"), name="bob")
     reaches_in = "_reference_softmax = softmax\n\n\ndef softmax(x, dim):\n    vars(torch)\n"
     reaches_in += "    return _reference_softmax(x, dim)\n"
-    submission(folder, reaches_in, name="carol")  # held for the staff's review: softmax's points wait
+    submission(folder, reaches_in, name="carol")  # held for review: softmax, and attention, which calls it
     out = tmp_path / "out"
     command = [sys.executable, "-m", "cs_basics.cli", "grade", "--submission", str(folder), "--results", str(out)]
     done = subprocess.run([*command, "--workers", "2"], cwd=ROOT, capture_output=True, text=True, timeout=600)
@@ -193,8 +193,11 @@ def test_a_folder_of_submissions_is_graded_into_one_file_each_and_a_csv(tmp_path
     lines = (out / "scores.csv").read_text().splitlines()
     header, *rows = lines
     assert header == "submission,score,max_score,held,error"
-    assert rows == ["alice,6.0,6.0,,", "bob,1.0,6.0,,", "carol,5.0,6.0,softmax,"]
-    assert "held for the staff's review (scores.csv's `held` column): carol (softmax)" in done.stdout
+    assert rows == ["alice,6.0,6.0,,", "bob,1.0,6.0,,", "carol,0.0,6.0,softmax scaled_dot_product_attention,"]
+    assert (
+        "held for the staff's review (scores.csv's `held` column): carol (softmax scaled_dot_product_attention)"
+        in done.stdout
+    )
     assert json.loads((out / "bob.json").read_text())["score"] == pytest.approx(1.0)
 
 

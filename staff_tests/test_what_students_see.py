@@ -160,14 +160,17 @@ def test_a_hidden_case_that_breaks_the_rule_names_itself_only_in_its_own_entry(a
             return getattr(torch, "".join(["soft", "max"]))(in_features, dim)  # a name the scan cannot read
         return _reference_softmax(in_features, dim)
     """
-    result = grade(assignment, submission(tmp_path, code), torch.device("cpu"), worker=worker)
+    # released: the staff read it (a name built at run time holds softmax for review), so the run decides
+    with Worker(worker.sandbox, Limits(case_seconds=20, released=("softmax",))) as released:
+        result = grade(assignment, submission(tmp_path, code), torch.device("cpu"), worker=released)
     data = json.loads(json.dumps(results_json(result)))
     softmax = [t for t in data["tests"] if t["tags"] == ["softmax"]]
     assert sum(t["score"] for t in softmax) == 0
     hidden_ids = [c.id for c in assignment.cases if c.hidden]
     visible = student_visible(data)
-    assert "aten._softmax" not in visible and not any(i in visible for i in hidden_ids)
-    assert any("aten._softmax" in t["output"] for t in softmax if t["visibility"] != "visible")
+    named = "torch's softmax"  # the operator's description, in the message of the case that ran it
+    assert named not in visible and not any(i in visible for i in hidden_ids)
+    assert any(named in t["output"] for t in softmax if t["visibility"] != "visible")
 
 
 def test_a_message_for_the_staff_forged_in_a_hidden_case_reaches_only_hidden_entries(assignment, worker, tmp_path):
@@ -194,7 +197,11 @@ def test_a_message_for_the_staff_forged_in_a_hidden_case_reaches_only_hidden_ent
     data = json.loads(json.dumps(results_json(result)))
     forged = hidden_numbers(assignment)["hidden_softmax-grad_dim_0"][0]
     assert forged not in student_visible(data)
-    assert any(forged in t["output"] for t in data["tests"] if t["visibility"] != "visible")
+    hidden = {t["name"]: t for t in data["tests"] if t["visibility"] != "visible"}
+    # the case that forged it fails, with the forged text or as a case whose report was lost (the forged line
+    # and the case's own report share the pipe); no public case pays for it
+    forger = hidden["test_hidden_softmax[grad_dim_0]"]
+    assert forger["status"] == "failed" and any(s in forger["output"] for s in (forged, "could not be reported"))
     assert all(t["status"] == "passed" for t in data["tests"] if t["visibility"] == "visible")
 
 
@@ -272,7 +279,7 @@ def test_an_escape_laden_exception_reaches_no_terminal_but_stays_in_the_results(
     assert_inert(done, "batch")
     assert json.loads((out / f"{named}.json").read_text())["score"] == pytest.approx(1.0)
     rows = (out / "scores.csv").read_text().splitlines()
-    assert "'=1+1,1.0,6.0," in rows and "plain,6.0,6.0," in rows
+    assert "'=1+1,1.0,6.0,," in rows and "plain,6.0,6.0,," in rows
 
     done = cli("report", str(out), "--out", str(tmp_path / "analysis"))
     assert done.returncode == 0, done.stderr
