@@ -36,6 +36,7 @@ from .test_from_scratch import (
 )
 
 STUDENTS = Path(__file__).parent / "students"
+CHILD = ROOT / "cs_basics" / "harness" / "grading" / "child.py"  # loaded by path, as the grading server does
 SANDBOXES = ["bubblewrap", "fallback"]
 
 # the built-in attention reached through a name built at run time: invisible to the names scan
@@ -320,7 +321,7 @@ def test_the_release_option_grades_a_held_problem_normally(tmp_path, assignment)
 def child_module():
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("_grading_child_test", ROOT / "cs_basics" / "harness" / "child.py")
+    spec = importlib.util.spec_from_file_location("_grading_child_test", CHILD)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -363,7 +364,7 @@ except PermissionError:
 
 def test_under_the_childs_seccomp_filter_threads_start_and_processes_do_not():
     """In a fresh interpreter (the filter is for good, and a fork of this one could inherit OpenMP's state)."""
-    script = [sys.executable, "-c", SECCOMP_CHECK, str(ROOT / "cs_basics" / "harness" / "child.py")]
+    script = [sys.executable, "-c", SECCOMP_CHECK, str(CHILD)]
     done = subprocess.run(script, capture_output=True, text=True, timeout=120)
     if done.stdout.strip() == "no filter":
         pytest.skip(f"no seccomp filter for {os.uname().machine}")
