@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 
 from cs_basics.cli import main
-from cs_basics.harness.course.gradebook import course_cases
+from cs_basics.harness.course.gradebook import quote, records
 from cs_basics.harness.course.regrade import stamp
+from cs_basics.harness.grading.results import placeholder
 
 from .submissions import ROOT
 
@@ -29,12 +30,12 @@ TOTALS += ["Unposted Final Score"]
 
 
 def results(assignment, share: float, held: tuple[str, ...] = (), error: str = "", fingerprint: bool = True) -> dict:
-    """A results file as a batch writes it: every case at `share` of its points, stamped as the batch stamps."""
-    tests = [
-        {"name": name, "score": points * share, "max_score": points, "status": "passed" if share == 1 else "failed"}
-        for name, points in course_cases(assignment).items()
-    ]
-    data = {"score": sum(t["score"] for t in tests), "tests": tests}
+    """A results file as a batch writes it: the grader's own entry for every case (its placeholder's), each at
+    `share` of its points, stamped as the batch stamps."""
+    data = placeholder(assignment, "")
+    for test in data["tests"]:
+        test.update(score=test["max_score"] * share, status="passed" if share == 1 else "failed")
+    data["score"] = sum(t["score"] for t in data["tests"])
     if held:
         data["extra_data"] = {"cs_basics": {"held": list(held)}}
     return stamp(data, {"fingerprint": "f", "parts": {}} if fingerprint and not error else None, error)
@@ -287,6 +288,9 @@ def test_a_mapping_file_names_each_submissions_student_and_two_submissions_for_o
 # ---------------------------------------------------------------- bad input: an error, nothing written
 
 
+SMALL_CANVAS = "Student,ID,SIS Login ID,Section,Attention (7001)\n    Points Possible,,,,10.00\n"
+
+
 def another_course(assignment) -> dict:
     data = results(assignment, 1.0)
     data["tests"][0]["name"] = "test_convolution[stride_2]"
@@ -315,8 +319,16 @@ def another_course(assignment) -> dict:
             lambda a, r, e: e.write_text('Student,ID,SIS Login ID,Section,Attention (7001)\n"Zoe,1,zoe,A,\n'),
             "line 2: a quoted cell never ends",
         ),
+        (
+            lambda a, r, e: e.write_text(f"{SMALL_CANVAS}A,1,zoe,S,\nB,2,ZOE,S,\n"),
+            "lines 3 and 4 have the same SIS Login ID 'ZOE'",
+        ),
+        (lambda a, r, e: e.write_text(f"{SMALL_CANVAS}A,1,zoe,S\n"), "line 3: 4 cells, the header 5"),
     ],
-    ids=["another-course", "no-key-column", "no-roster", "no-results", "not-canvas", "not-utf8", "open-quote"],
+    ids=[
+        *("another-course", "no-key-column", "no-roster", "no-results", "not-canvas", "not-utf8", "open-quote"),
+        *("same-student-twice", "short-row"),
+    ],
 )
 def test_bad_input_is_a_clear_error_and_writes_nothing(assignment, tmp_path, capsys, change, says):
     folder = write_results_folder(tmp_path / "results", {"zoe": results(assignment, 1.0)})
@@ -366,3 +378,24 @@ def test_moodle_refuses_a_column_it_has_no_grade_item_for(assignment, tmp_path, 
         assert gradebook(*args) == 2
         assert says in capsys.readouterr().err
         assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        'a,"b\r\nc",d\r\n,,\r\n"",x""y,"q""q"\r\n',
+        "a;b\rc;d\r",  # old Mac line breaks
+        '"only, one"',  # no line break at the end
+        'h1,h2\n"multi\nline\nname",2\n\nlast,""\n',  # a blank line
+    ],
+)
+def test_the_export_is_read_cell_for_cell_as_pythons_csv_reads_it(text):
+    delimiter = ";" if ";" in text else ","
+    ours = [[c.value for c in r.cells] for r in records(text, delimiter, "test.csv") if not r.blank]
+    theirs = [row for row in csv.reader(io.StringIO(text, newline=""), delimiter=delimiter) if row]
+    assert ours == theirs
+    # and each cell's span is exactly its text in the file
+    for record in records(text, delimiter, "test.csv"):
+        for cell in record.cells:
+            raw = text[cell.start : cell.end]
+            assert raw == (quote(cell.value, delimiter, always=True) if cell.quoted else cell.value)
