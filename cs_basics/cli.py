@@ -285,6 +285,10 @@ def add_gradebook_command(sub, project: dict) -> None:
     gb = sub.add_parser(
         "gradebook",
         help="fill one assignment column of a Canvas or Moodle gradebook export with a results folder's grades",
+        description="Write --out: the export --roster with one column's cells filled, every other byte kept."
+        " Exit status 0: every student has their grade; 1: written, but some cells were left as they were"
+        " (listed: held, unfinished, excused, two submissions, no submission) or some submissions match no"
+        " student; 2: nothing written (a missing or wrong file, named).",
     )
     gb.add_argument("results", type=Path, help="a results folder (cs-basics grade --submission FOLDER --results DIR)")
     gb.add_argument("--lms", required=True, help="whose gradebook export --roster is: canvas or moodle")

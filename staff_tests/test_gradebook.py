@@ -161,6 +161,22 @@ def test_canvas_adds_a_new_column_only_when_asked(assignment, tmp_path, capsys):
     assert "jj (line 4)" in capsys.readouterr().err
 
 
+def test_canvas_export_with_split_names_passes_over_its_test_student(assignment, tmp_path, capsys):
+    """Canvas may export `LastName`, `FirstName` instead of `Student`; its Student View user is no one's grade."""
+    folder = write_results_folder(tmp_path / "results", {"zoe": results(assignment, 0.5)})
+    lines = [
+        "LastName,FirstName,ID,SIS User ID,SIS Login ID,Section,Attention (7001)",
+        "    Points Possible,,,,,,6.00",
+        "O'Brien,Zoë,101,S101,zoe,A,",
+        "Student,Test,999,,tstudent,A,",
+    ]
+    roster, out = tmp_path / "export.csv", tmp_path / "import.csv"
+    roster.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    assert gradebook(folder, "--lms", "canvas", "--roster", roster, "--column", "Attention", "--out", out) == 0
+    assert out.read_text(encoding="utf-8") == "\n".join([*lines[:2], lines[2] + "3.00", lines[3]]) + "\n"
+    assert "Canvas's test student (line 4)" in capsys.readouterr().out
+
+
 # ---------------------------------------------------------------- Moodle
 
 

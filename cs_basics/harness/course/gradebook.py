@@ -478,12 +478,19 @@ def points_of(found: Layout, lms: str, points_possible: float | None, course_max
     return scale
 
 
+def canvas_name(sheet: Sheet, record: Record) -> str:
+    """The student's name as Canvas sorts it: `Student`, or `LastName, FirstName` where the export splits it."""
+    if sheet.header[:2] == ["LastName", "FirstName"]:
+        return f"{record.value(0).strip()}, {record.value(1).strip()}"
+    return record.value(0).strip()
+
+
 def roster_index(sheet: Sheet, found: Layout, lms: str, key: str, filled: Filled) -> dict[str, Record]:
     """Each student's row by their identifier (case aside); rows that are no one's are passed over."""
     by_key: dict[str, Record] = {}
     for record in found.students:
         who = record.value(found.key)
-        if lms == "canvas" and record.value(0).strip() in CANVAS_TEST_STUDENT:
+        if lms == "canvas" and canvas_name(sheet, record) in CANVAS_TEST_STUDENT:
             filled.passed_over.append(f"Canvas's test student (line {record.line})")
         elif not who.strip():
             filled.passed_over.append(f"line {record.line} (no {key})")
