@@ -245,6 +245,89 @@ def add_study_commands(sub, project: dict) -> None:
     b.set_defaults(func=cmd_bench)
 
 
+def cmd_gradebook(args: argparse.Namespace) -> int:
+    from cs_basics.harness.config import Assignment
+    from cs_basics.harness.course.gradebook import GradebookError, fill
+    from cs_basics.harness.grading.results import printable
+
+    try:
+        filled = fill(
+            Assignment.find(args.project),
+            args.results,
+            args.lms,
+            args.roster,
+            args.column,
+            args.out,
+            key=args.key,
+            gradescope_metadata=args.gradescope_metadata,
+            mapping=args.mapping,
+            submitter_field=args.submitter_field,
+            add_column=args.add_column,
+            points_possible=args.points_possible,
+            encoding=args.encoding,
+        )
+    except GradebookError as err:
+        print(printable(f"cs-basics gradebook: {err}"), file=sys.stderr)
+        return 2
+    done, todo = filled.report()
+    print(printable("\n".join(done)))
+    if todo:
+        print(
+            printable("\n".join(["cs-basics gradebook: the file is written, but not every grade is in it", *todo])),
+            file=sys.stderr,
+        )
+    return 0 if filled.complete else 1
+
+
+def add_gradebook_command(sub, project: dict) -> None:
+    """`gradebook`: one assignment column of a Canvas or Moodle gradebook export, filled from a results folder.
+    Its choices are checked by harness/course/gradebook.py, which is not imported here: it imports torch."""
+    gb = sub.add_parser(
+        "gradebook",
+        help="fill one assignment column of a Canvas or Moodle gradebook export with a results folder's grades",
+        description="Write --out: the export --roster with one column's cells filled, every other byte kept."
+        " Exit status 0: every student has their grade; 1: written, but some cells were left as they were"
+        " (listed: held, unfinished, excused, two submissions, no submission) or some submissions match no"
+        " student; 2: nothing written (a missing or wrong file, named).",
+    )
+    gb.add_argument("results", type=Path, help="a results folder (cs-basics grade --submission FOLDER --results DIR)")
+    gb.add_argument("--lms", required=True, help="whose gradebook export --roster is: canvas or moodle")
+    gb.add_argument("--roster", type=Path, required=True, help="the LMS's gradebook export (CSV), read only")
+    gb.add_argument("--column", required=True, help="the assignment column to fill (Canvas: `Title (id)` or Title)")
+    gb.add_argument("--out", type=Path, required=True, help="the CSV to write and import (a new file)")
+    gb.add_argument(
+        "--key",
+        default=None,
+        help="the roster column that identifies students (default: Canvas's SIS Login ID, Moodle's Email address);"
+        " each submission's folder name is matched to it unless --mapping or --gradescope-metadata says otherwise",
+    )
+    which = gb.add_mutually_exclusive_group()
+    which.add_argument(
+        "--gradescope-metadata",
+        type=Path,
+        default=None,
+        help='submission_metadata.yml of Gradescope\'s "Download submissions" export: folders to submitters',
+    )
+    which.add_argument("--mapping", type=Path, default=None, help="a CSV: submission name, roster identifier")
+    gb.add_argument(
+        "--submitter-field",
+        default="email",
+        help="which submitter field of --gradescope-metadata (email, sid or name) is in the --key column"
+        " (default %(default)s)",
+    )
+    gb.add_argument("--add-column", action="store_true", help="Canvas: add --column if the export has no such one")
+    gb.add_argument(
+        "--points-possible",
+        type=float,
+        default=None,
+        help="what full marks are in the LMS (Moodle: the grade item's maximum grade; Canvas: a new column's);"
+        " default: the course's maximum",
+    )
+    gb.add_argument("--encoding", default="utf-8", help="the export's text encoding (default %(default)s)")
+    gb.add_argument("--project", **project)
+    gb.set_defaults(func=cmd_gradebook)
+
+
 SHARD_HELP = (
     "grade the I-th of N slices of a folder of submissions (I from 1 to N); without it, a Kubernetes Indexed Job"
     " (JOB_COMPLETION_INDEX, CS_BASICS_SHARDS) or a Slurm array (SLURM_ARRAY_TASK_*) chooses; 1/1: the whole folder"
@@ -313,6 +396,7 @@ def build_parser() -> argparse.ArgumentParser:
     autograder.set_defaults(func=cmd_autograder)
 
     add_study_commands(sub, project)
+    add_gradebook_command(sub, project)
     return parser
 
 

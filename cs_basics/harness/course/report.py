@@ -68,8 +68,8 @@ def read_one(path: Path) -> dict:
     return data
 
 
-def load_folder(folder: Path) -> dict[str, dict]:
-    """Submission name -> results: from `<name>.json` and `<name>/results.json` in the folder."""
+def results_paths(folder: Path) -> dict[str, Path]:
+    """Submission name -> its results file: `<name>.json` or `<name>/results.json` in the folder."""
     folder = Path(folder)
     if not folder.is_dir():
         raise ReportError(f"{folder} is not a folder of results files")
@@ -80,7 +80,12 @@ def load_folder(folder: Path) -> dict[str, dict]:
         paths[path.parent.name] = path
     if not paths:
         raise ReportError(f"no results files (<name>.json or <name>/results.json) in {folder}")
-    return {name: read_one(path) for name, path in sorted(paths.items())}
+    return dict(sorted(paths.items()))
+
+
+def load_folder(folder: Path) -> dict[str, dict]:
+    """Submission name -> results: from `<name>.json` and `<name>/results.json` in the folder."""
+    return {name: read_one(path) for name, path in results_paths(folder).items()}
 
 
 def grade_of(data: Mapping) -> tuple:

@@ -95,12 +95,13 @@ def placeholder(assignment: Assignment, why: str) -> dict:
     return results_file(0.0, 0.0, why, tests)
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """A fresh file in the same folder (never one that already exists), then a rename over `path`."""
+def write_atomic(path: Path, text: str | bytes) -> None:
+    """A fresh file in the same folder (never one that already exists), then a rename over `path`. Bytes are
+    written as they are (a gradebook keeps its encoding, byte order mark and line endings)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
+    with os.fdopen(fd, "wb" if isinstance(text, bytes) else "w") as f:
         f.write(text)
     os.chmod(tmp, 0o644)
     os.replace(tmp, path)
