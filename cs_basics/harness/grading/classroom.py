@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 
 from cs_basics.harness.cases import Case, points_by_case
 from cs_basics.harness.config import Assignment
@@ -40,8 +41,10 @@ def runners(rows: list[tuple[Case, bool, str, float]], problem_points: dict[str,
     public = [r for r in rows if not r[0].hidden]
     shares = points_by_case([r[0] for r in public], problem_points)
     found = {}
-    for problem in dict.fromkeys(r[0].problem for r in public):
+    for problem in problem_points:  # the workflow's order of runners, which the reporter adds up in
         mine = [r for r in public if r[0].problem == problem]
+        if not mine:
+            continue
         share = max(256, min(MESSAGE_BYTES, (RUNNER_BYTES - 4096) // len(mine) - 512))
         tests = [
             {
@@ -62,7 +65,37 @@ def runners(rows: list[tuple[Case, bool, str, float]], problem_points: dict[str,
             "max_score": problem_points[problem],
             "tests": tests,
         }
+    exact_total(found)
     return found
+
+
+def reporter_total(found: dict) -> float:
+    """The total the reporter notifies Classroom of: every test's score added in order, as its JavaScript does."""
+    total = 0.0
+    for data in found.values():
+        if data["max_score"]:
+            for test in data["tests"]:
+                total += test["score"]
+    return total
+
+
+def exact_total(found: dict) -> None:
+    """Make the reporter's float sum of the shares (4 decimals each) come out as their total to 4 decimals, the
+    points the grade gives, not 5.999999999999999: the last score given takes up the difference."""
+    scored = [t for data in found.values() if data["max_score"] for t in data["tests"] if t["score"]]
+    if not scored:
+        return
+    target = round(sum(t["score"] for t in scored), 4)
+    last = scored[-1]
+    last["score"] = 0.0
+    before = reporter_total(found)  # what the reporter has added up when it comes to the last score
+    candidate = target - before
+    for _ in range(16):  # the float nearest the difference, or one a few units in the last place away
+        last["score"] = candidate
+        off = reporter_total(found) - target
+        if off == 0:
+            return
+        candidate = math.nextafter(candidate, -math.inf if off > 0 else math.inf)
 
 
 def encoded(found: dict) -> str:
