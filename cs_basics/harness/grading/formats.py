@@ -135,7 +135,7 @@ class Platform:
     """A platform recognised from the environment: its format, its results path, its submission folder."""
 
     format: str
-    results: Path
+    results: Path | None  # None: GitHub Actions without its GITHUB_OUTPUT file
     submission: Path | None
     found: str  # what showed it, for the first line
 
@@ -158,12 +158,7 @@ def detect(env: Mapping[str, str] | None = None) -> Platform | None:
         )
     if env.get("GITHUB_ACTIONS") == "true":
         output = env.get("GITHUB_OUTPUT")
-        if not output:
-            raise FormatError(
-                "GITHUB_ACTIONS=true but GITHUB_OUTPUT is not set: GitHub Classroom's grade goes into the step's "
-                "outputs file; run this as a step of the workflow, or name a format: --format gradescope"
-            )
-        return Platform("github-classroom", Path(output), None, "GITHUB_ACTIONS=true")
+        return Platform("github-classroom", Path(output) if output else None, None, "GITHUB_ACTIONS=true")
     return None
 
 
@@ -185,6 +180,11 @@ def outputs_for(
     platform = detect(env)
     if not specs:
         specs = ["gradescope"] if results_path is not None or platform is None else [platform.format]
+        if platform is not None and platform.results is None and specs == [platform.format]:
+            raise FormatError(
+                "GITHUB_ACTIONS=true but GITHUB_OUTPUT is not set: GitHub Classroom's grade goes into the step's "
+                "outputs file; run this as a step of the workflow, or name a format: --format gradescope"
+            )
     outputs = []
     for spec in specs:
         name, path = parse_spec(spec)
@@ -193,8 +193,6 @@ def outputs_for(
             path = results_path
         if path is None and platform is not None and platform.format == name:
             path = platform.results
-        if path is None and name == "github-classroom" and env.get("GITHUB_OUTPUT"):
-            path = Path(env["GITHUB_OUTPUT"])
         if path is None and writer.default_file is None:
             raise FormatError(
                 f"--format {name} writes the step's outputs into the file GitHub Actions names in $GITHUB_OUTPUT, "
