@@ -336,6 +336,7 @@ def test_the_handout_workflow_grades_as_actions_runs_its_step(assignment, tmp_pa
     output.write_text("")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "UV_PROJECT", "CS_BASICS"))}
     env |= {"GITHUB_ACTIONS": "true", "CI": "true", "GITHUB_OUTPUT": str(output), "GITHUB_WORKSPACE": str(ROOT)}
+    env |= {"GITHUB_WORKFLOW": flow["name"]}
     env |= {"RUNNER_TEMP": str(tmp_path), "GITHUB_STEP_SUMMARY": str(tmp_path / "summary"), **grading["env"]}
     done = subprocess.run(
         ["bash", "-e", "-c", grading["run"]], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
@@ -360,15 +361,18 @@ def test_formats_and_platforms_found_in_the_environment(tmp_path):
     env = {"CS_BASICS_GRADE_ROOT": str(tmp_path / "none"), "AUTOGRADER_ROOT": str(tmp_path / "ag")}
     assert detect(env).results == tmp_path / "ag" / "results" / "results.json"
     env = {"CS_BASICS_GRADE_ROOT": str(tmp_path / "none"), "AUTOGRADER_ROOT": str(tmp_path / "none")}
-    outputs, _ = outputs_for([], None, env | {"GITHUB_ACTIONS": "true", "GITHUB_OUTPUT": str(tmp_path / "o")})
+    actions = env | {"GITHUB_ACTIONS": "true", "GITHUB_OUTPUT": str(tmp_path / "o")}
+    outputs, _ = outputs_for([], None, actions | {"GITHUB_WORKFLOW": classroom.WORKFLOW_NAME})
     assert [(o.writer.name, o.path) for o in outputs] == [("github-classroom", tmp_path / "o")]
+    outputs, _ = outputs_for([], None, actions | {"GITHUB_WORKFLOW": "CI"})  # the course's own CI on GitHub
+    assert [(o.writer.name, o.path) for o in outputs] == [("gradescope", Path("results.json"))]
     outputs, _ = outputs_for(["junit", "gradescope"], tmp_path / "r.json", env)
     assert [(o.writer.name, o.path) for o in outputs] == [
         ("junit", Path("junit.xml")),
         ("gradescope", tmp_path / "r.json"),
     ]
     with pytest.raises(FormatError, match="GITHUB_OUTPUT is not set"):
-        outputs_for([], None, env | {"GITHUB_ACTIONS": "true"})
+        outputs_for([], None, env | {"GITHUB_ACTIONS": "true", "GITHUB_WORKFLOW": classroom.WORKFLOW_NAME})
     with pytest.raises(FormatError, match=r"\$GITHUB_OUTPUT, which is not set"):
         outputs_for(["github-classroom"], None, env)
     with pytest.raises(FormatError, match="unknown format 'canvas'"):
@@ -381,6 +385,7 @@ def test_bad_input_is_named_and_nothing_is_written(assignment, tmp_path, monkeyp
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("GITHUB_OUTPUT", raising=False)
     monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    monkeypatch.setenv("GITHUB_WORKFLOW", classroom.WORKFLOW_NAME)
     assert main(["grade", "--project", str(ROOT)]) == 2
     assert "GITHUB_OUTPUT is not set" in capsys.readouterr().err
     assert main(["grade", "--project", str(ROOT), "--format", "junit=", "--format", "gradescope"]) == 2

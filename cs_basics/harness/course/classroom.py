@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from cs_basics.harness.config import Assignment
+from cs_basics.harness.grading import classroom as grading_classroom
 
 WORKFLOW = Path(".github/workflows/classroom.yml")
 REPORTER = "classroom-resources/autograding-grading-reporter@v1"
@@ -22,7 +23,7 @@ TEMPLATE = """\
 # GitHub Classroom's autograding, written by `cs-basics handout`. It runs in your repository, on a runner
 # you can read: it grades the public cases only (the hidden ones are the staff's), each problem its full
 # points over them, as `uv run cs-basics grade` does on your machine.
-name: Autograding Tests
+name: {workflow_name}
 on: [push, workflow_dispatch, repository_dispatch]
 permissions:
   checks: write
@@ -61,7 +62,13 @@ def runner_variable(problem: str) -> str:
 def workflow(assignment: Assignment) -> str:
     problems = list(assignment.problems)
     env = "\n".join(f'          {runner_variable(p)}: "${{{{ steps.{GRADE_STEP}.outputs.{p} }}}}"' for p in problems)
-    return TEMPLATE.format(grade_step=GRADE_STEP, reporter=REPORTER, env=env, runners=",".join(problems))
+    return TEMPLATE.format(
+        workflow_name=grading_classroom.WORKFLOW_NAME,
+        grade_step=GRADE_STEP,
+        reporter=REPORTER,
+        env=env,
+        runners=",".join(problems),
+    )
 
 
 def write_workflow(assignment: Assignment, out: Path) -> Path:

@@ -25,6 +25,7 @@ from cs_basics.harness.config import Assignment
 from cs_basics.harness.grading.grade import Grade
 from cs_basics.harness.grading.results import cut_to_bytes, test_name
 
+WORKFLOW_NAME = "Autograding Tests"  # the handout's workflow, named as Classroom names its own
 CAVEAT = (
     "GitHub Classroom grades on the student's own runner, where nothing can be hidden: "
     "public cases only, each problem its full points over them"

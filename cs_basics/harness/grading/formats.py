@@ -5,7 +5,8 @@ Gradescope's results.json (results.py), PrairieLearn's results.json (prairielear
 Classroom's step outputs (classroom.py) and JUnit XML for any CI (junit.py). No writer grades again or
 scores differently; each keeps hidden what its platform's students can see. `cs-basics grade
 --format NAME[=PATH]` picks them; without it the platform found in the environment (Gradescope's
-/autograder, PrairieLearn's /grade, GitHub Actions) decides, and Gradescope's format is the default.
+/autograder, PrairieLearn's /grade, GitHub Classroom's workflow on Actions) decides, and Gradescope's
+format is the default.
 
 Every output is written as grading writes Gradescope's: a valid file saying "grading did not finish"
 first, the real one at the end, each by a rename over the old (never half a file).
@@ -141,7 +142,8 @@ class Platform:
 
 
 def detect(env: Mapping[str, str] | None = None) -> Platform | None:
-    """PrairieLearn's /grade/student, Gradescope's /autograder/submission, GitHub Actions (GITHUB_ACTIONS=true)."""
+    """PrairieLearn's /grade/student, Gradescope's /autograder/submission, GitHub Actions (GITHUB_ACTIONS=true) running
+    Classroom's workflow."""
     env = os.environ if env is None else env
     grade_root = Path(env.get(GRADE_ROOT, "/grade"))
     if (grade_root / "student").is_dir():
@@ -156,9 +158,12 @@ def detect(env: Mapping[str, str] | None = None) -> Platform | None:
             autograder / "submission",
             f"{autograder}/submission",
         )
-    if env.get("GITHUB_ACTIONS") == "true":
+    # GitHub Actions running Classroom's workflow: not any workflow, so the course's own CI on GitHub (whose tests
+    # run `cs-basics grade`) keeps Gradescope's file and never writes into its step's outputs
+    if env.get("GITHUB_ACTIONS") == "true" and env.get("GITHUB_WORKFLOW") == classroom.WORKFLOW_NAME:
         output = env.get("GITHUB_OUTPUT")
-        return Platform("github-classroom", Path(output) if output else None, None, "GITHUB_ACTIONS=true")
+        found = f"GITHUB_ACTIONS=true in the workflow {classroom.WORKFLOW_NAME!r}"
+        return Platform("github-classroom", Path(output) if output else None, None, found)
     return None
 
 
@@ -182,7 +187,7 @@ def outputs_for(
         specs = ["gradescope"] if results_path is not None or platform is None else [platform.format]
         if platform is not None and platform.results is None and specs == [platform.format]:
             raise FormatError(
-                "GITHUB_ACTIONS=true but GITHUB_OUTPUT is not set: GitHub Classroom's grade goes into the step's "
+                "GitHub Classroom's workflow but GITHUB_OUTPUT is not set: Classroom's grade goes into the step's "
                 "outputs file; run this as a step of the workflow, or name a format: --format gradescope"
             )
     outputs = []
