@@ -418,5 +418,8 @@ def test_every_file_stays_within_its_platform_limit_whatever_the_text(assignment
     raw = WRITERS["prairielearn"].write_grade(grade, assignment).encode()
     assert prairielearn_reads(raw)["tests"] and len(raw) > PL_LIMIT // 2
     reporter_reads(WRITERS["github-classroom"].write_grade(grade, assignment))
+    tests[0].output = "not run: your function did not return on cases a and b"  # a case never run: skipped
     xml = WRITERS["junit"].write_grade(grade, assignment)
-    assert len(xml.encode()) < 4 * PL_LIMIT and JUnitXml.fromstring(xml.encode()).tests == len(tests)
+    read = JUnitXml.fromstring(xml.encode())
+    assert len(xml.encode()) < 4 * PL_LIMIT and read.tests == len(tests)
+    assert read.skipped == 1 and read.failures == len(tests) - 1
