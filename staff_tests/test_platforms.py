@@ -366,6 +366,8 @@ def test_formats_and_platforms_found_in_the_environment(tmp_path):
     assert [(o.writer.name, o.path) for o in outputs] == [("github-classroom", tmp_path / "o")]
     outputs, _ = outputs_for([], None, actions | {"GITHUB_WORKFLOW": "CI"})  # the course's own CI on GitHub
     assert [(o.writer.name, o.path) for o in outputs] == [("gradescope", Path("results.json"))]
+    outputs, _ = outputs_for(["github-classroom"], None, actions | {"GITHUB_WORKFLOW": "CI"})
+    assert [(o.writer.name, o.path) for o in outputs] == [("github-classroom", tmp_path / "o")]
     outputs, _ = outputs_for(["junit", "gradescope"], tmp_path / "r.json", env)
     assert [(o.writer.name, o.path) for o in outputs] == [
         ("junit", Path("junit.xml")),
