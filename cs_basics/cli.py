@@ -21,17 +21,15 @@ def cmd_grade(args: argparse.Namespace) -> int:
     from cs_basics.harness.course.batch import grade_many, is_batch
     from cs_basics.harness.course.shards import ShardError
     from cs_basics.harness.grading.command import grade_one, limits_from
-    from cs_basics.harness.grading.formats import FormatError, outputs_for
+    from cs_basics.harness.grading.formats import FormatError, default_submission, outputs_for
     from cs_basics.harness.grading.results import printable
 
     assignment = Assignment.find(args.project)
     try:
-        outputs, platform = outputs_for(args.format, args.results)
+        default = default_submission(args.format, args.results)
     except FormatError as err:
         print(printable(f"cs-basics grade: {err}"), file=sys.stderr)
         return 2
-    names = {o.writer.name for o in outputs}
-    default = platform.submission if platform and platform.submission and platform.format in names else None
     submission = (args.submission or default or assignment.root).resolve()
     if is_batch(assignment, submission):
         if args.format:
@@ -47,7 +45,12 @@ def cmd_grade(args: argparse.Namespace) -> int:
         why = f"cs-basics grade: --shard needs a folder of submissions; {submission} is one"
         print(printable(why), file=sys.stderr)
         return 2
-    found = f" ({platform.found} found)" if platform and platform.format in names else ""
+    try:
+        outputs, platform = outputs_for(args.format, args.results)
+    except FormatError as err:
+        print(printable(f"cs-basics grade: {err}"), file=sys.stderr)
+        return 2
+    found = f" ({platform.found} found)" if platform and platform.format in {o.writer.name for o in outputs} else ""
     caveats = [o.writer.caveat for o in outputs if o.writer.caveat]
     first = "writing " + ", ".join(o.describe() for o in outputs) + found + "".join(f"; {c}" for c in caveats)
     print(printable(f"cs-basics grade: {first}"), flush=True)

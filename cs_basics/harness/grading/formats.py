@@ -176,6 +176,21 @@ def parse_spec(spec: str) -> tuple[str, Path | None]:
     return name, Path(path) if path else None
 
 
+def asked(specs: list[str], results_path: Path | None, platform: Platform | None) -> list[str]:
+    """The formats asked for: those of --format, else the platform's (unless --results names Gradescope's file)."""
+    if specs:
+        return [parse_spec(spec)[0] for spec in specs]
+    return ["gradescope"] if results_path is not None or platform is None else [platform.format]
+
+
+def default_submission(specs: list[str], results_path: Path | None, env: Mapping[str, str] | None = None):
+    """The platform's submission folder (/grade/student, /autograder/submission) when its format is asked for."""
+    platform = detect(os.environ if env is None else env)
+    if platform is None or platform.submission is None:
+        return None
+    return platform.submission if platform.format in asked(specs, results_path, platform) else None
+
+
 def outputs_for(
     specs: list[str], results_path: Path | None, env: Mapping[str, str] | None = None
 ) -> tuple[list[Output], Platform | None]:
@@ -184,7 +199,7 @@ def outputs_for(
     env = os.environ if env is None else env
     platform = detect(env)
     if not specs:
-        specs = ["gradescope"] if results_path is not None or platform is None else [platform.format]
+        specs = asked([], results_path, platform)
         if platform is not None and platform.results is None and specs == [platform.format]:
             raise FormatError(
                 "GitHub Classroom's workflow but GITHUB_OUTPUT is not set: Classroom's grade goes into the step's "
