@@ -288,13 +288,9 @@ def test_prairielearn_question_grades_an_upload_in_a_laid_out_grade_folder(assig
     assert not any(n in json.dumps(data) for v in hidden_numbers(assignment).values() for n in v)
 
 
-@pytest.mark.parametrize(
-    "files, named",
-    [({}, "no file was submitted"), ({"functional.py": b"def softmax(x):\x00\x01\x02"}, "functional.py is not Python")],
-    ids=["nothing", "binary"],
-)
-def test_prairielearn_marks_a_submission_with_nothing_to_grade_not_gradable(built, tmp_path, files, named):
-    grade = lay_out_grade(tmp_path, built, files)
+def test_prairielearn_marks_a_submission_with_nothing_to_grade_not_gradable(built, tmp_path):
+    named = "no file was submitted"
+    grade = lay_out_grade(tmp_path, built, {})
     done = run_entrypoint(grade, f"/grade/serverFilesCourse/{question.GRADER}/run.sh")
     assert done.returncode == 0, done.stderr[-3000:]  # PrairieLearn reads the file only after a 0
     assert named in done.stderr
@@ -309,6 +305,12 @@ def test_an_upload_is_laid_out_as_a_submission_and_a_missing_file_is_named(assig
     with pytest.raises(NotGradable, match=r"functional.py was not submitted \(the submission holds notes.txt\)"):
         lay_out(assignment, upload, tmp_path / "laid")
     assert not (tmp_path / "laid").exists()
+    (upload / "functional.py").write_bytes(b"def softmax(x):\n    return x\x00\x01")
+    with pytest.raises(NotGradable, match=r"functional\.py is not Python source: byte 28 is a NUL byte"):
+        lay_out(assignment, upload, tmp_path / "laid")
+    (upload / "functional.py").write_bytes(b"# caf\xe9\n")
+    with pytest.raises(NotGradable, match=r"functional\.py is not Python source: byte 5 is not UTF-8 text"):
+        lay_out(assignment, upload, tmp_path / "laid")
     (upload / "functional.py").write_text("# mine\n")
     laid = lay_out(assignment, upload, tmp_path / "laid")
     assert (laid / "cs_basics" / "nn" / "functional.py").read_text() == "# mine\n"
