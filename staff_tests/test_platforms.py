@@ -427,3 +427,19 @@ def test_every_file_stays_within_its_platform_limit_whatever_the_text(assignment
     read = JUnitXml.fromstring(xml.encode())
     assert len(xml.encode()) < 4 * PL_LIMIT and read.tests == len(tests)
     assert read.skipped == 1 and read.failures == len(tests) - 1
+
+
+def test_the_course_may_fold_hidden_cases_into_one_line(assignment):
+    course = type(assignment)(assignment.root, dict(assignment.table, hidden_summary="one_line"))
+    tests = [CaseResult(c, assignment.points[c.id], c.id.endswith("grad_dim_0"), "why") for c in assignment.cases]
+    grade = Grade(tests, 1.0)
+    hidden = [t for t in tests if t.case.hidden]
+    data = prairielearn_reads(WRITERS["prairielearn"].write_grade(grade, course).encode())
+    folded = [t for t in data["tests"] if t["name"] == "hidden cases"]
+    assert len(data["tests"]) == len(tests) - len(hidden) + 1 and len(folded) == 1
+    assert folded[0]["points"] == pytest.approx(sum(t.score for t in hidden))
+    assert folded[0]["message"] == f"1 of {len(hidden)} hidden cases passed"
+    assert sum(t["points"] for t in data["tests"]) == pytest.approx(grade.score)
+    assert not any(f"{t.case.test}[{t.case.param}]" in json.dumps(data) for t in hidden)
+    xml = JUnitXml.fromstring(WRITERS["junit"].write_grade(grade, course).encode())
+    assert xml.tests == len(tests) - len(hidden) + 1
