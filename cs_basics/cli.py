@@ -21,11 +21,21 @@ def cmd_grade(args: argparse.Namespace) -> int:
     from cs_basics.harness.course.batch import grade_many, is_batch
     from cs_basics.harness.course.shards import ShardError
     from cs_basics.harness.grading.command import grade_one, limits_from
+    from cs_basics.harness.grading.formats import FormatError, default_submission, outputs_for
     from cs_basics.harness.grading.results import printable
 
     assignment = Assignment.find(args.project)
-    submission = (args.submission or assignment.root).resolve()
+    try:
+        default = default_submission(args.format, args.results)
+    except FormatError as err:
+        print(printable(f"cs-basics grade: {err}"), file=sys.stderr)
+        return 2
+    submission = (args.submission or default or assignment.root).resolve()
     if is_batch(assignment, submission):
+        if args.format:
+            why = "cs-basics grade: --format takes one submission; a folder of them is graded for Gradescope"
+            print(why, file=sys.stderr)
+            return 2
         try:
             return grade_many(assignment, submission, args.results or Path("results"), args)
         except ShardError as err:
@@ -35,8 +45,16 @@ def cmd_grade(args: argparse.Namespace) -> int:
         why = f"cs-basics grade: --shard needs a folder of submissions; {submission} is one"
         print(printable(why), file=sys.stderr)
         return 2
-    results = args.results or Path("results.json")
-    return grade_one(assignment, submission, results, args.device, limits_from(args), sandbox=args.sandbox)
+    try:
+        outputs, platform = outputs_for(args.format, args.results)
+    except FormatError as err:
+        print(printable(f"cs-basics grade: {err}"), file=sys.stderr)
+        return 2
+    found = f" ({platform.found} found)" if platform and platform.format in {o.writer.name for o in outputs} else ""
+    caveats = [o.writer.caveat for o in outputs if o.writer.caveat]
+    first = "writing " + ", ".join(o.describe() for o in outputs) + found + "".join(f"; {c}" for c in caveats)
+    print(printable(f"cs-basics grade: {first}"), flush=True)
+    return grade_one(assignment, submission, outputs, args.device, limits_from(args), sandbox=args.sandbox)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -91,9 +109,22 @@ def cmd_handout(args: argparse.Namespace) -> int:
 
 def cmd_autograder(args: argparse.Namespace) -> int:
     from cs_basics.harness.config import Assignment
-    from cs_basics.harness.course import bundle
+    from cs_basics.harness.course import bundle, prairielearn
 
     assignment = Assignment.find(args.project)
+    if args.platform == "prairielearn":
+        try:
+            files = prairielearn.build(assignment, args.out, args.image)
+        except prairielearn.PrairieLearnError as err:
+            print(f"cs-basics autograder: {err}", file=sys.stderr)
+            return 2
+        print(
+            f"wrote {args.out}: a PrairieLearn question, its grader in serverFilesCourse/ and the grading image's "
+            f"Dockerfile ({len(files)} files); build and push the image as {args.out / 'README.md'} says"
+        )
+        if args.image == prairielearn.DEFAULT_IMAGE:
+            print(f"cs-basics autograder: name your image with --image (info.json says {args.image})", file=sys.stderr)
+        return 0
     names = bundle.build(assignment, args.out)
     print(f"wrote {args.out}: setup.sh, run_autograder and {len(names) - 2} course files")
     return 0
@@ -356,7 +387,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     grade = sub.add_parser("grade", help="grade a submission (or a folder of them) into Gradescope's results format")
     grade.add_argument("--submission", type=Path, default=None, help="a student's copy, or a folder of them")
-    grade.add_argument("--results", type=Path, default=None, help="results.json (a folder for many submissions)")
+    grade.add_argument(
+        "--results", type=Path, default=None, help="Gradescope's results.json (a folder for many submissions)"
+    )
+    grade.add_argument(
+        "--format",
+        action="append",
+        default=[],
+        metavar="NAME[=PATH]",
+        help="write the grade for a platform: gradescope (results.json), prairielearn (prairielearn-results.json; "
+        "/grade/results/results.json on PrairieLearn), github-classroom ($GITHUB_OUTPUT), junit (junit.xml); "
+        "repeatable, one grading for all. Default: the platform found (/autograder, /grade, GITHUB_ACTIONS=true), "
+        "else gradescope",
+    )
     grade.add_argument("--workers", type=int, default=None, help="parallel gradings for many submissions")
     grade.add_argument("--shard", type=shard_option, default=None, help=SHARD_HELP)
     grade.add_argument("--force", action="store_true", help="grade again submissions whose grade is up to date")
@@ -390,8 +433,18 @@ def build_parser() -> argparse.ArgumentParser:
     handout.add_argument("--project", **project)
     handout.set_defaults(func=cmd_handout)
 
-    autograder = sub.add_parser("autograder", help="build the Gradescope autograder zip")
-    autograder.add_argument("out", type=Path, help="the zip to write, e.g. autograder.zip")
+    autograder = sub.add_parser("autograder", help="build the Gradescope autograder zip, or a PrairieLearn question")
+    autograder.add_argument("out", type=Path, help="the zip to write, e.g. autograder.zip (prairielearn: a new folder)")
+    autograder.add_argument(
+        "--platform",
+        choices=["gradescope", "prairielearn"],
+        default="gradescope",
+        help="gradescope: the autograder zip (default); prairielearn: the question folder, the grader for "
+        "serverFilesCourse and the grading image's Dockerfile (docs/platforms.md)",
+    )
+    autograder.add_argument(
+        "--image", default="DOCKERHUB_USER/cs-basics-grader:latest", help="prairielearn: the grading image's name"
+    )
     autograder.add_argument("--project", **project)
     autograder.set_defaults(func=cmd_autograder)
 

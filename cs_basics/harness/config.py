@@ -7,6 +7,8 @@ adapters = "tests.adapters"             # module that plugs the student's code i
 hidden = "hidden"                       # staff only: hidden/cases.py (CASES) and hidden/fixtures/
 hidden_visibility = "after_published"   # when students see hidden cases' entries (Gradescope's values:
                                         # after_published, after_due_date or hidden)
+hidden_summary = "each"                 # where a platform shows every test (PrairieLearn, JUnit): each hidden
+                                        # case's name, points and pass/fail, or "one_line" for all of them
 student_code = ["cs_basics"]            # what grading takes from a submission
 staff_code = ["mypkg/grading_aids.py"] # ...except these, always taken from this repository (cs_basics's
                                        # own harness, study and cli.py always are: see grading.TOOLING)

@@ -39,6 +39,17 @@ uv run --frozen --no-dev cs-basics grade --submission "$ROOT/submission" --resul
 """
 
 
+def course_files(assignment: Assignment) -> list[Path]:
+    """The course repository's files a grader needs (relative paths): all but caches, venvs, results and the
+    bundle's own scripts."""
+    found = []
+    for rel in repository_files(assignment.root):
+        path = assignment.root / rel
+        if path.is_file() and not ALWAYS_LEFT_OUT & set(rel.parts) and rel.name not in ("setup.sh", "run_autograder"):
+            found.append(rel)
+    return found
+
+
 def build(assignment: Assignment, out: Path) -> list[str]:
     """Write the zip; return the paths it holds."""
     names = []
@@ -48,13 +59,7 @@ def build(assignment: Assignment, out: Path) -> list[str]:
             info.external_attr = (stat.S_IFREG | 0o755) << 16
             zf.writestr(info, text)
             names.append(script)
-        for rel in repository_files(assignment.root):
-            path = assignment.root / rel
-            if (
-                path.is_file()
-                and not ALWAYS_LEFT_OUT & set(rel.parts)
-                and rel.name not in ("setup.sh", "run_autograder")
-            ):
-                zf.write(path, rel.as_posix())
-                names.append(rel.as_posix())
+        for rel in course_files(assignment):
+            zf.write(assignment.root / rel, rel.as_posix())
+            names.append(rel.as_posix())
     return names

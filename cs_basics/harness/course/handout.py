@@ -30,6 +30,7 @@ from pathlib import Path
 import torch
 
 from cs_basics.harness.config import Assignment
+from cs_basics.harness.course import classroom
 from cs_basics.harness.grading.grade import grade, student_files
 
 BEGIN, END = "# BEGIN SOLUTION", "# END SOLUTION"
@@ -156,6 +157,7 @@ def build(assignment: Assignment, out: Path) -> list[str]:
             shutil.copy2(assignment.root / rel, target)
         else:
             target.write_text(text)
+    classroom.write_workflow(assignment, out)  # GitHub Classroom's autograding (docs/platforms.md)
     return removed
 
 

@@ -19,11 +19,13 @@ import torch
 from rich.console import Console
 from rich.markup import escape
 
-from cs_basics.harness.config import Assignment
+from cs_basics.harness.config import Assignment, ConfigError
 from cs_basics.harness.device import choose_device
+from cs_basics.harness.grading.formats import GRADESCOPE, Output
 from cs_basics.harness.grading.grade import Grade, GradingError, grade
-from cs_basics.harness.grading.results import placeholder, print_table, printable, results_json, write_results
+from cs_basics.harness.grading.results import print_table, printable
 from cs_basics.harness.grading.sandbox import STOP, Limits, Worker, request_stop
+from cs_basics.harness.grading.upload import NotGradable, laid_out
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
@@ -59,32 +61,62 @@ def stopping_on_signals() -> Iterator[list[int]]:
             signal.signal(sig, handler)
 
 
+def as_outputs(results: Path | list[Output]) -> list[Output]:
+    return [Output(GRADESCOPE, results)] if isinstance(results, Path) else list(results)
+
+
+def write_placeholders(assignment: Assignment, outputs: list[Output], why: str) -> None:
+    for output in outputs:
+        output.write(output.writer.write_placeholder(assignment, why))
+
+
 def grade_safely(
-    assignment: Assignment, submission: Path, results: Path, device: torch.device, limits: Limits, **where
+    assignment: Assignment,
+    submission: Path,
+    results: Path | list[Output],
+    device: torch.device,
+    limits: Limits,
+    **where,
 ) -> Grade | str:
-    """Grade into `results` (a placeholder first); the grade, or why grading could not be trusted."""
-    write_results(results, placeholder(assignment, "grading did not finish"))
+    """Grade into each output (Gradescope's results file, or the formats asked for; a placeholder first);
+    the grade, or why grading could not be trusted."""
+    outputs = as_outputs(results)
+    write_placeholders(assignment, outputs, "grading did not finish")
     try:
+        for output in outputs:
+            output.writer.check(assignment)  # the course's settings each writer reads, before any student code runs
         result = grade(assignment, submission, device, limits, **where)
-    except (GradingError, ValueError) as err:
-        write_results(results, placeholder(assignment, f"grading stopped: {err}"))
+    except (GradingError, ValueError, ConfigError) as err:
+        write_placeholders(assignment, outputs, f"grading stopped: {err}")
         return str(err)
-    write_results(results, results_json(result))
+    for output in outputs:
+        output.write(output.writer.write_grade(result, assignment))
     return result
+
+
+def not_gradable(assignment: Assignment, outputs: list[Output], err: NotGradable) -> int:
+    """A submission with nothing to grade (no file, not Python): each output says so; exit status 1."""
+    for output in outputs:
+        output.write(output.writer.write_not_gradable(assignment, err.errors))
+    for line in err.errors:
+        print(printable(f"cs-basics grade: the submission cannot be graded: {line}"), file=sys.stderr)
+    return 1
 
 
 def grade_one(
     assignment: Assignment,
     submission: Path,
-    results: Path,
+    results: Path | list[Output],
     device_name: str | None,
     limits: Limits,
     quiet: bool = False,
     sandbox: str | None = None,
     worker: Worker | None = None,
 ) -> int:
-    """Exit status 0 whenever grading completed, whatever the score; 2 when the staff must act;
-    128 + the signal when a signal stopped it (the results file holds what was graded by then)."""
+    """Exit status 0 whenever grading completed, whatever the score; 1 when the submission holds nothing to
+    grade; 2 when the staff must act; 128 + the signal when a signal stopped it (the results files hold what
+    was graded by then)."""
+    outputs = as_outputs(results)
     console = Console(stderr=quiet, width=None if sys.stdout.isatty() else 100)
     with stopping_on_signals() as came:
         try:
@@ -92,10 +124,15 @@ def grade_one(
         except ValueError as err:
             result: Grade | str = str(err)
         else:
-            result = grade_safely(assignment, submission, results, device, limits, sandbox=sandbox, worker=worker)
+            try:
+                with laid_out(assignment, submission) as folder:
+                    result = grade_safely(assignment, folder, outputs, device, limits, sandbox=sandbox, worker=worker)
+            except NotGradable as err:
+                return not_gradable(assignment, outputs, err)
+    written = ", ".join(str(o.path) for o in outputs)
     if isinstance(result, str):
-        write_results(results, placeholder(assignment, f"grading stopped: {result}"))
-        print(printable(f"cs-basics grade: {result}\nthe results file {results} gives 0 points"), file=sys.stderr)
+        write_placeholders(assignment, outputs, f"grading stopped: {result}")
+        print(printable(f"cs-basics grade: {result}\nthe results in {written} give 0 points"), file=sys.stderr)
         return 2
     for note in result.notes:
         print(printable(f"cs-basics grade: {note}"), file=sys.stderr)
@@ -107,7 +144,7 @@ def grade_one(
         )
     if not quiet:
         print_table(result, console)
-    console.print(escape(printable(f"score {result.score:.3g}/{result.max_score:.3g}; results written to {results}")))
+    console.print(escape(printable(f"score {result.score:.3g}/{result.max_score:.3g}; results written to {written}")))
     if came or STOP.is_set():
         print(f"cs-basics grade: stopped by {signal.Signals(came[0]).name if came else 'a signal'}", file=sys.stderr)
         return 128 + (came[0] if came else signal.SIGTERM)

@@ -132,3 +132,22 @@ def print_table(grade: Grade, console: Console | None = None) -> None:
         if not t.passed and not t.case.hidden:
             first_line = t.output.splitlines()[0] if t.output else ""
             console.print(f"[red]{escape(test_name(t.case))}[/]: {escape(printable(first_line))}")
+
+
+def cut_to_bytes(text: str, limit: int, note: str = "\n[... cut]") -> str:
+    """`text`, cut (with `note`) so that it takes at most `limit` bytes as a JSON string: what a submission
+    printed may be control characters, each six bytes once escaped, or four-byte characters."""
+
+    def size(t: str) -> int:
+        return len(json.dumps(t).encode())
+
+    if size(text) <= limit:
+        return text
+    low, high = 0, len(text)  # the longest prefix that fits with the note
+    while low < high:
+        middle = (low + high + 1) // 2
+        if size(text[:middle] + note) <= limit:
+            low = middle
+        else:
+            high = middle - 1
+    return text[:low] + note if size(text[:low] + note) <= limit else ""
