@@ -25,7 +25,9 @@ from cs_basics.harness.grading.grade import Grade, GradingError, grade
 from cs_basics.harness.grading.results import placeholder, print_table, printable, results_json, write_results
 from cs_basics.harness.grading.sandbox import STOP, Limits, Worker, request_stop
 
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+STOP_SIGNALS = tuple(
+    getattr(signal, name) for name in ("SIGTERM", "SIGINT", "SIGHUP") if hasattr(signal, name)
+)  # no SIGHUP on Windows
 
 
 def limits_from(args: argparse.Namespace) -> Limits:
