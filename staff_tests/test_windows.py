@@ -14,10 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from cs_basics.cli import main
 from cs_basics.harness import portable
 from cs_basics.harness.config import Assignment
 from cs_basics.harness.course.handout import build
 from cs_basics.harness.grading import sandbox
+from cs_basics.study import bench
 
 from .submissions import FUNCTIONAL, ROOT
 from .windows_like import MARK, windows_like_python
@@ -202,3 +204,15 @@ def test_how_a_spawned_child_ended_is_said_as_the_fork_server_says_it():
     assert sandbox.describe_exit(0) == "exited with status 0"
     assert sandbox.describe_exit(-9) == "was killed by signal SIGKILL"
     assert sandbox.describe_exit(0xC00000FD) == "crashed (exception 0xC00000FD)"  # Windows: a stack overflow
+
+
+def test_bench_on_a_cpu_without_proc_times_both_and_says_why_memory_is_empty(monkeypatch, capsys, tmp_path):
+    """macOS and Windows have no /proc to read the CPU's peak from (the child that reads it fails, which
+    once read as "out of memory" and skipped every implementation): the times are still measured."""
+    monkeypatch.setattr(bench, "is_linux", lambda: False)
+    monkeypatch.setattr(bench, "cpu_peak_mib", lambda *args: None)  # what the child gives without /proc
+    args = ["bench", "--seq", "32", "--batch", "1", "--heads", "2", "--head-dim", "8", "--repeats", "1"]
+    assert main([*args, "--device", "cpu", "--json", str(tmp_path / "b.json")]) == 0
+    assert "measuring the CPU's peak memory needs Linux's /proc (WSL on Windows)" in capsys.readouterr().err
+    rows = json.loads((tmp_path / "b.json").read_text())["measurements"]
+    assert len(rows) == 4 and all(r["median_ms"] > 0 and r["peak_mib"] is None for r in rows)

@@ -664,14 +664,18 @@ class SpawnedAttempt:
     def start(self, cases: list[str]) -> None:
         command = [sys.executable, "-I", "-X", "utf8", str(self.worker.root / "tool" / "spawned.py")]
         pipe = subprocess.PIPE
-        self.process = subprocess.Popen(
-            command, stdin=pipe, stdout=pipe, stderr=pipe, cwd=self.worker.root,
-            env=server_env(self.worker.root), start_new_session=True,
-        )  # fmt: skip
+        try:
+            self.process = subprocess.Popen(
+                command, stdin=pipe, stdout=pipe, stderr=pipe, cwd=self.worker.root,
+                env=server_env(self.worker.root), start_new_session=True,
+            )  # fmt: skip
+        except OSError as err:
+            raise StaffError(f"could not start a Python to run the submission's code ({err})") from None
         self.progress: queue.Queue[bytes] = queue.Queue(maxsize=64)  # b"" at the end of the pipe
         self.lines.buffer, self.lines.skipping = b"", False  # nothing of the child before carries over
         threading.Thread(target=self.pump, args=(self.process.stdout, self.progress), daemon=True).start()
-        threading.Thread(target=self.pump, args=(self.process.stderr, None), daemon=True).start()
+        self.output = threading.Thread(target=self.pump, args=(self.process.stderr, None), daemon=True)
+        self.output.start()
         with contextlib.suppress(OSError):
             self.process.stdin.write(json.dumps(self.job | {"cases": cases}).encode())
             self.process.stdin.close()
@@ -717,6 +721,7 @@ class SpawnedAttempt:
         except subprocess.TimeoutExpired:  # it closed its pipe and went on: the case's limit ends it
             end_tree(self.process)
             code = self.process.wait()
+        self.output.join(timeout=2.0)  # what it printed last, unless a process it left holds the pipe
         if code == 0 and self.groups and not STOP.is_set():
             self.start(self.groups.pop(0))
             return False
