@@ -13,15 +13,20 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+import torch
 
 from cs_basics.cli import main
 from cs_basics.harness import portable
 from cs_basics.harness.config import Assignment
 from cs_basics.harness.course.handout import build
 from cs_basics.harness.grading import sandbox
+from cs_basics.harness.grading.grade import grade
+from cs_basics.harness.grading.limits import Limits
+from cs_basics.harness.grading.results import results_json
 from cs_basics.study import bench
 
-from .submissions import FUNCTIONAL, ROOT
+from .submissions import FUNCTIONAL, ROOT, submission, wrap_attention
+from .test_what_students_see import PRINTS_ITS_INPUTS, assert_hidden_stays_hidden
 from .windows_like import MARK, windows_like_python
 
 # the fork server: it runs only where portable.fork_server_runs() (Linux); elsewhere spawned.py takes its place
@@ -216,3 +221,33 @@ def test_bench_on_a_cpu_without_proc_times_both_and_says_why_memory_is_empty(mon
     assert "measuring the CPU's peak memory needs Linux's /proc (WSL on Windows)" in capsys.readouterr().err
     rows = json.loads((tmp_path / "b.json").read_text())["measurements"]
     assert len(rows) == 4 and all(r["median_ms"] > 0 and r["peak_mib"] is None for r in rows)
+
+
+@pytest.fixture(scope="module")
+def spawning_worker():
+    """A worker of the fallback sandbox as on a machine without the fork server (Windows, macOS)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sandbox, "fork_server_runs", lambda: False)
+        with sandbox.Worker("fallback", Limits(case_seconds=20)) as worker:
+            assert worker.spawns
+            yield worker
+
+
+def test_without_a_fork_server_no_hidden_input_reaches_a_field_students_see(assignment, spawning_worker, tmp_path):
+    """A fresh Python per group of cases keeps the hidden phase apart as the forked children do."""
+    folder = submission(tmp_path, PRINTS_ITS_INPUTS)
+    data = json.loads(json.dumps(results_json(grade(assignment, folder, torch.device("cpu"), worker=spawning_worker))))
+    assert_hidden_stays_hidden(assignment, data, "the fallback without a fork server")
+    assert data["score"] == pytest.approx(6.0)
+    assert data["extra_data"]["cs_basics"]["sandbox"] == {"name": "fallback", "uid": None, "namespaces": False}
+
+
+def test_without_a_fork_server_a_case_that_kills_the_interpreter_fails_alone(assignment, spawning_worker, tmp_path):
+    folder = submission(tmp_path, wrap_attention("if Q.dim() == 5:\n    import os\n    os._exit(3)"))
+    result = grade(assignment, folder, torch.device("cpu"), worker=spawning_worker)
+    failed = {t.case.id: t.output for t in result.tests if not t.passed}
+    five_d = {c.id for c in assignment.cases if "5d" in c.id}
+    assert set(failed) == five_d and five_d, failed
+    assert all(
+        "the Python process running your code exited with status 3 during this case" in m for m in failed.values()
+    )
