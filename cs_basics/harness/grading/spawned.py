@@ -34,14 +34,6 @@ def limit(job: dict) -> None:
             resource.setrlimit(which, (size, size))
 
 
-def load(name: str):
-    """A module beside this file, by path (never `cs_basics`: the student's package has that name)."""
-    spec = importlib.util.spec_from_file_location(f"_grading_{name}", HERE / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def main() -> None:
     job = json.loads(sys.stdin.buffer.read())
     progress = os.dup(1)
@@ -51,7 +43,11 @@ def main() -> None:
     try:
         limit(job)
         import_paths = [p for p in sys.path if p and os.path.isdir(p)]
-        load("child").run_job(job, progress, False, import_paths)
+        # child.py beside this file, by path as the fork server loads it (never `cs_basics`: the student's name)
+        spec = importlib.util.spec_from_file_location("_grading_child", HERE / "child.py")
+        child = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(child)
+        child.run_job(job, progress, False, import_paths)
     except BaseException as err:  # before any student code: the staff must hear of it
         with contextlib.suppress(OSError):
             message = {"event": "staff_error", "message": f"{type(err).__name__}: {err}"}
