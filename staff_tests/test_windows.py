@@ -25,7 +25,7 @@ from cs_basics.harness.grading.limits import Limits
 from cs_basics.harness.grading.results import results_json
 from cs_basics.study import bench
 
-from .submissions import FUNCTIONAL, ROOT, submission, wrap_attention
+from .submissions import FUNCTIONAL, ROOT, submission
 from .test_what_students_see import PRINTS_ITS_INPUTS, assert_hidden_stays_hidden
 from .windows_like import MARK, windows_like_python
 
@@ -36,6 +36,15 @@ BUGS = {  # a softmax without the max subtracted, an attention without the scale
     "    P = softmax(S / math.sqrt(d_k), dim=-1)": "    P = softmax(S, dim=-1)",
 }
 NO_SCALE = "(known mistake: no_scale)"
+CRASHES_ON_5D = """
+
+def scaled_dot_product_attention(Q, K, V, mask=None):
+    if Q.dim() == 5:
+        import os
+
+        os._exit(3)
+    return _printing(Q, K, V, mask)
+"""
 PROBE = f"""
 import os, select, signal, sys
 for name in ("resource", "fcntl", "termios", "pwd", "grp", "_posixsubprocess"):
@@ -233,21 +242,20 @@ def spawning_worker():
             yield worker
 
 
-def test_without_a_fork_server_no_hidden_input_reaches_a_field_students_see(assignment, spawning_worker, tmp_path):
-    """A fresh Python per group of cases keeps the hidden phase apart as the forked children do."""
-    folder = submission(tmp_path, PRINTS_ITS_INPUTS)
-    data = json.loads(json.dumps(results_json(grade(assignment, folder, torch.device("cpu"), worker=spawning_worker))))
+def test_without_a_fork_server_hidden_stays_hidden_and_a_case_that_kills_python_fails_alone(
+    assignment, spawning_worker, tmp_path
+):
+    """A fresh Python per group of cases keeps the hidden phase apart as the forked children do, and a case
+    that ends the interpreter (5D inputs: one public case, one hidden) fails alone: a fresh one takes the rest."""
+    crash = "\n_printing = scaled_dot_product_attention\n" + CRASHES_ON_5D
+    result = grade(
+        assignment, submission(tmp_path, PRINTS_ITS_INPUTS + crash), torch.device("cpu"), worker=spawning_worker
+    )
+    data = json.loads(json.dumps(results_json(result)))
     assert_hidden_stays_hidden(assignment, data, "the fallback without a fork server")
-    assert data["score"] == pytest.approx(6.0)
     assert data["extra_data"]["cs_basics"]["sandbox"] == {"name": "fallback", "uid": None, "namespaces": False}
-
-
-def test_without_a_fork_server_a_case_that_kills_the_interpreter_fails_alone(assignment, spawning_worker, tmp_path):
-    folder = submission(tmp_path, wrap_attention("if Q.dim() == 5:\n    import os\n    os._exit(3)"))
-    result = grade(assignment, folder, torch.device("cpu"), worker=spawning_worker)
     failed = {t.case.id: t.output for t in result.tests if not t.passed}
     five_d = {c.id for c in assignment.cases if "5d" in c.id}
-    assert set(failed) == five_d and five_d, failed
-    assert all(
-        "the Python process running your code exited with status 3 during this case" in m for m in failed.values()
-    )
+    assert set(failed) == five_d and {c.hidden for c in assignment.cases if c.id in five_d} == {True, False}, failed
+    crashed = "the Python process running your code exited with status 3 during this case"
+    assert all(crashed in message for message in failed.values()), failed
