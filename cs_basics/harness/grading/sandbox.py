@@ -468,10 +468,13 @@ class Worker:
 
     def hand_over(self, folder: Path) -> None:
         """As root: the job's uid may write only its out/ and work/ folders."""
-        follows = os.chmod not in os.supports_follow_symlinks  # Windows: chmod cannot leave a link alone
         for path in (folder, *folder.rglob("*")):
-            if not (follows and path.is_symlink()):
-                os.chmod(path, 0o755 if path.is_dir() else 0o644, **({} if follows else {"follow_symlinks": False}))
+            mode = 0o755 if path.is_dir() else 0o644
+            try:
+                os.chmod(path, mode, follow_symlinks=False)
+            except NotImplementedError:  # Windows (Python < 3.13): a link is left alone by looking first
+                if not path.is_symlink():
+                    os.chmod(path, mode)
         if self.uid is not None:
             for sub in ("out", "work"):
                 os.chown(folder / sub, self.uid, self.uid)
