@@ -26,7 +26,7 @@ from cs_basics.harness.grading.results import results_json
 from cs_basics.study import bench
 
 from .submissions import FUNCTIONAL, ROOT, submission
-from .test_what_students_see import PRINTS_ITS_INPUTS, assert_hidden_stays_hidden
+from .test_what_students_see import PRINTS_ITS_INPUTS, assert_hidden_stays_hidden, student_visible
 from .windows_like import MARK, windows_like_python
 
 # the fork server: it runs only where portable.fork_server_runs() (Linux); elsewhere spawned.py takes its place
@@ -36,6 +36,23 @@ BUGS = {  # a softmax without the max subtracted, an attention without the scale
     "    P = softmax(S / math.sqrt(d_k), dim=-1)": "    P = softmax(S, dim=-1)",
 }
 NO_SCALE = "(known mistake: no_scale)"
+SOFTMAX, ATTENTION = "softmax", "scaled_dot_product_attention"
+# at import, a process in a session of its own (which ending the child's session misses) that prints once
+# the hidden inputs exist: after every public case's process has ended
+LEAVES_A_PROCESS = """
+import subprocess as _subprocess
+import sys as _sys
+
+_WAITS = (
+    "import glob, time\\n"
+    "for _ in range(1200):\\n"
+    "    if glob.glob('../inputs/hidden*'):\\n"
+    "        print('LEFT BEHIND, SAW THE HIDDEN INPUTS', flush=True)\\n"
+    "        break\\n"
+    "    time.sleep(0.05)\\n"
+)
+_subprocess.Popen([_sys.executable, "-c", _WAITS], start_new_session=True)
+"""
 CRASHES_ON_5D = """
 
 def scaled_dot_product_attention(Q, K, V, mask=None):
@@ -237,7 +254,7 @@ def spawning_worker():
     """A worker of the fallback sandbox as on a machine without the fork server (Windows, macOS)."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(sandbox, "fork_server_runs", lambda: False)
-        with sandbox.Worker("fallback", Limits(case_seconds=20)) as worker:
+        with sandbox.Worker("fallback", Limits(case_seconds=20, released=(SOFTMAX, ATTENTION))) as worker:
             assert worker.spawns
             yield worker
 
@@ -259,3 +276,17 @@ def test_without_a_fork_server_hidden_stays_hidden_and_a_case_that_kills_python_
     assert set(failed) == five_d and {c.hidden for c in assignment.cases if c.id in five_d} == {True, False}, failed
     crashed = "the Python process running your code exited with status 3 during this case"
     assert all(crashed in message for message in failed.values()), failed
+
+
+def test_without_a_fork_server_what_a_process_left_behind_prints_later_reaches_no_public_field(
+    assignment, spawning_worker, tmp_path
+):
+    """No uid to kill by there: a process that escaped the child's session outlives it. What it prints once
+    the hidden inputs exist goes to no field students see at once (the public attempts' pipes are no
+    longer read into any log)."""
+    folder = submission(tmp_path, LEAVES_A_PROCESS)
+    data = json.loads(json.dumps(results_json(grade(assignment, folder, torch.device("cpu"), worker=spawning_worker))))
+    assert data["score"] == pytest.approx(6.0), data["output"]
+    hidden_entries = "\n".join(t["output"] for t in data["tests"] if t["visibility"] != "visible")
+    assert "LEFT BEHIND" in hidden_entries  # the hidden phase's own left-behind processes print there
+    assert "LEFT BEHIND" not in student_visible(data)

@@ -661,6 +661,7 @@ class SpawnedAttempt:
         self.how: str | None = None  # set once the last process has ended
         self.hoard, self.hoarded = None, False  # no uid of the job's own to watch
         self.lock = threading.Lock()
+        self.ended = False  # once set, nothing more is read into a log
         self.process: subprocess.Popen | None = None
         self.start(self.groups.pop(0))
 
@@ -684,19 +685,26 @@ class SpawnedAttempt:
             self.process.stdin.close()
 
     def pump(self, pipe, into: queue.Queue | None) -> None:
-        """A pipe's bytes: the progress into `into` (until its budget is spent: then the child blocks),
-        the output into the current case's log."""
+        """A pipe's bytes: the progress into `into` (until its budget is spent: then the pipe is closed),
+        the output into the current case's log until the attempt has ended. The pipe is closed here, by
+        the one thread that reads it."""
         budget = self.worker.limits.progress_mb << 20
-        with contextlib.suppress(OSError, ValueError):
+        try:
             while (into is None or budget > 0) and (data := os.read(pipe.fileno(), 65536)):
                 budget -= len(data)
-                if into is None:
-                    with self.lock:
-                        self.log.add(data)
-                else:
+                if into is not None:
                     into.put(data)
-        if into is not None:
-            into.put(b"")
+                    continue
+                with self.lock:
+                    if self.ended:  # a process the job left behind prints after it: no log takes that
+                        return
+                    self.log.add(data)
+        except OSError:
+            pass
+        finally:
+            pipe.close()
+            if into is not None:
+                into.put(b"")
 
     def events(self, deadline: Callable[[], float]) -> Iterator[dict | None]:
         """The children's events, group after group; None when `deadline()` passes or the grader is told to
@@ -737,14 +745,17 @@ class SpawnedAttempt:
             pass
 
     def end(self) -> None:
+        """End the child and what it started (its session or tree); from then on its output reaches no log,
+        whatever a process that escaped the tree still prints (the hidden phase starts after this)."""
         if self.process is not None and self.process.poll() is None:
             end_tree(self.process)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.process.wait(timeout=10)
             self.how = self.how or "was killed"
-        for stream in (self.process.stdout, self.process.stderr) if self.process else ():
-            with contextlib.suppress(OSError):
-                stream.close()
+        if self.process is not None:
+            self.output.join(timeout=1.0)  # what it printed before it ended
+        with self.lock:
+            self.ended = True
 
 
 def run_once(worker: Worker, job: dict, cases: list[str], state: RunState) -> tuple[list[str], bool]:
