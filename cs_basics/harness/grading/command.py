@@ -26,8 +26,8 @@ from cs_basics.harness.grading.results import placeholder, print_table, printabl
 from cs_basics.harness.grading.sandbox import STOP, Limits, Worker, request_stop
 
 STOP_SIGNALS = tuple(
-    getattr(signal, name) for name in ("SIGTERM", "SIGINT", "SIGHUP") if hasattr(signal, name)
-)  # no SIGHUP on Windows
+    getattr(signal, name) for name in ("SIGTERM", "SIGINT", "SIGHUP", "SIGBREAK") if hasattr(signal, name)
+)  # Windows: no SIGHUP, and Ctrl-Break is SIGBREAK
 
 
 def limits_from(args: argparse.Namespace) -> Limits:

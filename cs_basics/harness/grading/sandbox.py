@@ -151,7 +151,10 @@ def choose_sandbox(requested: str | None = None) -> str:
     if name not in ("bubblewrap", "fallback"):
         raise ValueError(f"unknown sandbox {name!r} (from --sandbox or ${SANDBOX_ENV}): bubblewrap or fallback")
     if name == "bubblewrap" and not fork_server_runs():
-        raise ValueError("bubblewrap was asked for, but it needs Linux; on this machine the fallback sandbox grades")
+        raise ValueError(
+            "bubblewrap was asked for, but it needs Linux; here only the fallback grades "
+            f"(leave out --sandbox and ${SANDBOX_ENV})"
+        )
     if name == "bubblewrap" and not bubblewrap_runs():
         raise ValueError("bubblewrap was asked for, but `bwrap` is not installed or may not make namespaces here")
     return name
