@@ -21,6 +21,7 @@ from cs_basics.harness.cases import Case, run_call, run_check
 from cs_basics.harness.config import Assignment
 from cs_basics.harness.device import DEVICE_ENV, choose_device, use_exact_float32
 from cs_basics.harness.fixtures import FixtureError
+from cs_basics.harness.portable import scan_notes
 from cs_basics.harness.rule import record
 from cs_basics.harness.rule.fromscratch import FromScratch, runtime_breach
 from cs_basics.harness.rule.scan import Unreadable
@@ -44,9 +45,9 @@ def pytest_configure(config: pytest.Config) -> None:
     record.install()  # before the student's code is imported: threads it starts are recorded too
 
 
-def pytest_report_header(config: pytest.Config) -> str:
+def pytest_report_header(config: pytest.Config) -> list[str]:
     device = choose_device(config.getoption("--device"))
-    return f"cs_basics: device {device} (torch {torch.__version__})"
+    return [f"cs_basics: device {device} (torch {torch.__version__})", *(f"cs_basics: {n}" for n in scan_notes())]
 
 
 @pytest.fixture(scope="session")

@@ -22,6 +22,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from cs_basics.harness.portable import is_linux, skipped
+
 YOURS, FLASH, TORCH = "yours", "flash", "torch"
 # --impl: the name of its rows, and what it is
 MEASURED = {"adapter": YOURS, "flash": FLASH}
@@ -151,9 +153,9 @@ def peak_mib(config: Config, root: Path, impl: str, fn: Callable, seq: int, back
         return None
     if config.device.startswith("cuda"):
         return cuda_peak_mib(fn, make_inputs(config, seq, backward), backward)
-    if config.device == "cpu":
+    if config.device == "cpu" and is_linux():  # read from /proc
         return cpu_peak_mib(config, root, impl, seq, backward)
-    return None  # MPS: no peak statistic
+    return None  # MPS: no peak statistic; macOS and Windows: no /proc (run() says so)
 
 
 def measure(config: Config, root: Path, seq: int, backward: bool, impls: dict[str, Callable]) -> list[dict]:
@@ -162,7 +164,7 @@ def measure(config: Config, root: Path, seq: int, backward: bool, impls: dict[st
     too_big = config.max_backward_gib is not None and config.scores_gib(seq) > config.max_backward_gib
     skip = {config.measured} if backward and too_big else set()
     memory = {name: peak_mib(config, root, name, fn, seq, backward) for name, fn in impls.items() if name not in skip}
-    if config.memory and config.device == "cpu":
+    if config.memory and config.device == "cpu" and is_linux():
         skip |= {name for name, mib in memory.items() if mib is None}  # its child ran out of memory
     inputs = make_inputs(config, seq, backward)
     times: dict[str, list[float]] = {name: [] for name in impls if name not in skip}
@@ -197,6 +199,9 @@ def run(config: Config, root: Path | None = None) -> dict:
 
     root = Assignment.find(root).root
     impls = implementations(root, config.impl)
+    if config.memory and config.device == "cpu" and not is_linux():
+        note = skipped("measuring the CPU's peak memory", "Linux's /proc (WSL on Windows)", "its column stays empty")
+        print(f"cs-basics bench: {note}", file=sys.stderr)
     rows: list[dict] = []
     with Progress(transient=True) as progress:
         task = progress.add_task("benchmarking", total=len(config.seqs) * len(PASSES))

@@ -27,7 +27,9 @@ from cs_basics.harness.grading.results import print_table, printable
 from cs_basics.harness.grading.sandbox import STOP, Limits, Worker, request_stop
 from cs_basics.harness.grading.upload import NotGradable, laid_out
 
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+STOP_SIGNALS = tuple(
+    getattr(signal, name) for name in ("SIGTERM", "SIGINT", "SIGHUP", "SIGBREAK") if hasattr(signal, name)
+)  # Windows: no SIGHUP, and Ctrl-Break is SIGBREAK
 
 
 def limits_from(args: argparse.Namespace) -> Limits:

@@ -22,6 +22,7 @@ from cs_basics.harness.config import Assignment, ConfigError
 from cs_basics.harness.diagnosis import explain_crash
 from cs_basics.harness.grading import intake
 from cs_basics.harness.grading.sandbox import CaseRun, Limits, StaffError, Worker, python_paths, run_cases
+from cs_basics.harness.portable import scan_notes
 from cs_basics.harness.rule.fromscratch import HELD, TOOLING, FromScratch, excluded_code, runtime_breach
 from cs_basics.harness.rule.fromscratch import student_files as student_files  # the handout's import
 from cs_basics.harness.rule.record import recording
@@ -188,7 +189,12 @@ def job_settings(assignment: Assignment, folder: Path, device: torch.device, wor
 def run_submission(assignment: Assignment, submission: Path, cases: list[Case], device: torch.device, worker: Worker):
     """Stage, scan and run; return (the child's runs by case id, the static breaches by problem, the child's
     output, notes)."""
-    notes = [worker.describe(), *[n for n in [protect_hidden(assignment, worker)] if n]]
+    notes = [
+        worker.describe(),
+        *worker.skipped(),
+        *scan_notes(),
+        *[n for n in [protect_hidden(assignment, worker)] if n],
+    ]
     folder = worker.new_job_dir()
     try:
         taken = stage(assignment, submission, folder / "code")

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
 
+from cs_basics.harness.portable import open_unfollowed
+
 NOTES_KEPT = 5  # notes of one kind in the results; the rest are counted
 
 
@@ -163,7 +165,7 @@ def copy_taken(intake: Intake, code: Path) -> None:
     for source, relative, size in intake.files:
         target = code / relative
         target.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        fd = open_unfollowed(source)
         with os.fdopen(fd, "rb") as src, open(target, "wb") as dst:
             left = size
             while left > 0 and (chunk := src.read(min(left, 1 << 20))):

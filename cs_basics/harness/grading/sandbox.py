@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import importlib.util
 import json
 import os
+import queue
 import random
 import select
 import shutil
@@ -44,10 +46,11 @@ from safetensors.torch import load
 
 from cs_basics.harness.compare import Foreign
 from cs_basics.harness.grading.limits import Limits
+from cs_basics.harness.portable import fork_server_runs, is_root, open_unfollowed, skipped, unix_module
 from cs_basics.harness.rule.record import Record
 
 HERE = Path(__file__).resolve().parent
-SERVER_FILES = ("zygote.py", "child.py")
+SERVER_FILES = ("zygote.py", "child.py", "spawned.py")  # spawned.py: the child where there is no fork server
 SANDBOX_ENV = "CS_BASICS_SANDBOX"  # "bubblewrap", "fallback", or unset: bubblewrap where it runs
 UID_BASE, UID_COUNT = 61000, 4000  # the jobs' uids when the grader is root: no login, one per worker
 UIDS_ENV = "CS_BASICS_JOB_UIDS"  # "FIRST-LAST": another range of jobs' uids (the tests narrow it to force collisions)
@@ -58,6 +61,7 @@ LITTER = ("/tmp", "/var/tmp", "/dev/shm")  # where a job without namespaces may 
 STOP = threading.Event()  # set when the grader is told to stop (SIGTERM, SIGINT, SIGHUP)
 UNREPORTED = "your code's result for this case could not be reported (its message was too long?); the other cases ran"
 PASSED_ENV = ("CUDA_", "NVIDIA_", "LD_LIBRARY_PATH", "OMP_NUM_THREADS", "MKL_", "ATEN_CPU_CAPABILITY")
+PASSED_ENV += ("SYSTEMROOT", "WINDIR")  # Windows: a Python without them cannot start its random source or load DLLs
 
 
 class StaffError(Exception):
@@ -119,9 +123,10 @@ class Lines:
 
 @cache
 def bubblewrap_runs() -> bool:
-    """Whether bubblewrap is installed and may make namespaces here (a container may forbid it)."""
+    """Whether bubblewrap is installed and may make namespaces here (a container may forbid it), and the
+    fork server it holds can run (Linux)."""
     bwrap = shutil.which("bwrap")
-    if bwrap is None:
+    if bwrap is None or not fork_server_runs():
         return False
     probe = [bwrap, *bubblewrap_view([]), "--unshare-pid", "--unshare-net", "true"]
     if os.geteuid() != 0:
@@ -145,6 +150,11 @@ def choose_sandbox(requested: str | None = None) -> str:
     name = requested or os.environ.get(SANDBOX_ENV) or ("bubblewrap" if bubblewrap_runs() else "fallback")
     if name not in ("bubblewrap", "fallback"):
         raise ValueError(f"unknown sandbox {name!r} (from --sandbox or ${SANDBOX_ENV}): bubblewrap or fallback")
+    if name == "bubblewrap" and not fork_server_runs():
+        raise ValueError(
+            "bubblewrap was asked for, but it needs Linux; here only the fallback grades "
+            f"(leave out --sandbox and ${SANDBOX_ENV})"
+        )
     if name == "bubblewrap" and not bubblewrap_runs():
         raise ValueError("bubblewrap was asked for, but `bwrap` is not installed or may not make namespaces here")
     return name
@@ -322,10 +332,7 @@ class Server:
 
     def __init__(self, sandbox: str, root: Path, limits: Limits):
         self.sandbox, self.root, self.limits = sandbox, root, limits
-        tool = root / "tool"
-        tool.mkdir(exist_ok=True)
-        for name in SERVER_FILES:
-            shutil.copyfile(HERE / name, tool / name)
+        tool = install_tool(root)
         self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         command = [sys.executable, "-I", "-X", "utf8", str(tool / "zygote.py"), str(theirs.fileno())]
         if sandbox == "bubblewrap":
@@ -376,6 +383,15 @@ class Server:
             self.process.wait(timeout=10)
 
 
+def install_tool(root: Path) -> Path:
+    """The server's and the child's files, copied to `root`/tool (the job may not see the course's repository)."""
+    tool = root / "tool"
+    tool.mkdir(exist_ok=True)
+    for name in SERVER_FILES:
+        shutil.copyfile(HERE / name, tool / name)
+    return tool
+
+
 def server_env(root: Path) -> dict[str, str]:
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(root), "PYTHONHASHSEED": "0"}
     return env | {k: v for k, v in os.environ.items() if k.startswith(PASSED_ENV)}
@@ -392,9 +408,12 @@ class Worker:
         self.sandbox = choose_sandbox(sandbox)
         self.namespaces = namespaces  # False: as where the kernel refuses them (for tests of that case)
         self.limits = limits or Limits()
-        self.uid, self.lease = lease_uid() if os.geteuid() == 0 else (None, None)
+        self.spawns = not fork_server_runs()  # Windows, macOS: a fresh Python per attempt (SpawnedAttempt)
+        self.uid, self.lease = lease_uid() if is_root() and not self.spawns else (None, None)
         self.root = Path(tempfile.mkdtemp(prefix="cs-basics-grade-"))
         self.root.chmod(0o711)  # the job's uid passes through to its own folder
+        if self.spawns:
+            install_tool(self.root)
         self.server: Server | None = None
         self.jobs = 0
         self.attempts = 0
@@ -409,13 +428,30 @@ class Worker:
     @property
     def isolated(self) -> bool:
         """Whether each job gets namespaces of its own (no network, private temporary folders)."""
-        return self.namespaces and self.ensure_server().namespaces
+        return self.namespaces and not self.spawns and self.ensure_server().namespaces
 
     def describe(self) -> str:
         where = "a bubblewrap sandbox" if self.sandbox == "bubblewrap" else "the fallback sandbox (no bubblewrap)"
+        if self.spawns:
+            where += ", a fresh Python per attempt (the fork server needs Linux)"
         who = f"uid {self.uid}" if self.uid is not None else "the grader's own uid (not root)"
+        if self.spawns:
+            who = "the grader's own user"
         alone = "its own namespaces (no network, private /tmp)" if self.isolated else "no namespaces of its own"
         return f"graded in {where}, as {who}, with {alone}"
+
+    def skipped(self) -> list[str]:
+        """The defences this machine cannot give the job (a sentence each, for the grade's notes)."""
+        if not self.spawns:
+            return []
+        notes = [skipped("isolating the code (a uid of its own, namespaces, seccomp)", "Linux", "it runs as you")]
+        if unix_module("resource") is None:
+            notes.append(skipped("limiting the memory and file size of the code's process", "Unix"))
+        return notes
+
+    def attempt(self, job: dict, log: ChildLog) -> Attempt | SpawnedAttempt:
+        """One child over the job's cases: forked by the server, or a fresh Python where there is none."""
+        return SpawnedAttempt(self, job, log) if self.spawns else Attempt(self, job, log)
 
     def summary(self) -> dict:
         """Which sandbox, for the results file: {"name": "bubblewrap" or "fallback", "uid", "namespaces"}."""
@@ -436,7 +472,12 @@ class Worker:
     def hand_over(self, folder: Path) -> None:
         """As root: the job's uid may write only its out/ and work/ folders."""
         for path in (folder, *folder.rglob("*")):
-            os.chmod(path, 0o755 if path.is_dir() else 0o644, follow_symlinks=False)
+            mode = 0o755 if path.is_dir() else 0o644
+            try:
+                os.chmod(path, mode, follow_symlinks=False)
+            except NotImplementedError:  # Windows (Python < 3.13): a link is left alone by looking first
+                if not path.is_symlink():
+                    os.chmod(path, mode)
         if self.uid is not None:
             for sub in ("out", "work"):
                 os.chown(folder / sub, self.uid, self.uid)
@@ -580,11 +621,151 @@ class Attempt:
         self.fds = {}
 
 
+@cache
+def child_module():
+    """child.py, loaded by path as the server loads it (never part of `cs_basics`): its grouping of cases."""
+    spec = importlib.util.spec_from_file_location("_grading_child", HERE / "child.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def end_tree(process: subprocess.Popen) -> None:
+    """`process` and what it started: its session on Unix, its tree on Windows (taskkill /T)."""
+    if hasattr(os, "killpg"):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
+    elif shutil.which("taskkill"):
+        subprocess.run(["taskkill", "/F", "/T", "/PID", str(process.pid)], capture_output=True)
+    with contextlib.suppress(OSError):
+        process.kill()
+
+
+def describe_exit(code: int) -> str:
+    """How a spawned child ended, in the words the fork server uses."""
+    if code < 0:
+        return f"was killed by signal {signal.Signals(-code).name if -code in signal.valid_signals() else -code}"
+    if code >= 0xC0000000:  # Windows: an NTSTATUS (0xC0000005, an access violation)
+        return f"crashed (exception 0x{code:X})"
+    return f"exited with status {code}"
+
+
+class SpawnedAttempt:
+    """One attempt where there is no fork server (Windows, macOS): a fresh Python (spawned.py) per group of
+    cases that forbid the same operators, one after another, as the forked child forks one per group.
+    Threads read its pipes (Windows's select takes sockets only). What the code prints is read as it
+    comes, so a case's last lines may be counted to the next case of the same phase, never across the
+    public and hidden phases (each runs its own attempts)."""
+
+    def __init__(self, worker: Worker, job: dict, log: ChildLog):
+        self.worker, self.log, self.job = worker, log, job
+        self.groups = [cases for _, cases in child_module().cases_by_rule(job)]
+        self.lines = Lines(worker.limits.progress_line_kb << 10, worker.limits.progress_mb << 20)
+        self.how: str | None = None  # set once the last process has ended
+        self.hoard, self.hoarded = None, False  # no uid of the job's own to watch
+        self.lock = threading.Lock()
+        self.ended = False  # once set, nothing more is read into a log
+        self.process: subprocess.Popen | None = None
+        self.start(self.groups.pop(0))
+
+    def start(self, cases: list[str]) -> None:
+        command = [sys.executable, "-I", "-X", "utf8", str(self.worker.root / "tool" / "spawned.py")]
+        pipe = subprocess.PIPE
+        try:
+            self.process = subprocess.Popen(
+                command, stdin=pipe, stdout=pipe, stderr=pipe, cwd=self.worker.root,
+                env=server_env(self.worker.root), start_new_session=True,
+            )  # fmt: skip
+        except OSError as err:
+            raise StaffError(f"could not start a Python to run the submission's code ({err})") from None
+        self.progress: queue.Queue[bytes] = queue.Queue(maxsize=64)  # b"" at the end of the pipe
+        self.lines.buffer, self.lines.skipping = b"", False  # nothing of the child before carries over
+        threading.Thread(target=self.pump, args=(self.process.stdout, self.progress), daemon=True).start()
+        self.output = threading.Thread(target=self.pump, args=(self.process.stderr, None), daemon=True)
+        self.output.start()
+        with contextlib.suppress(OSError):
+            self.process.stdin.write(json.dumps(self.job | {"cases": cases}).encode())
+            self.process.stdin.close()
+
+    def pump(self, pipe, into: queue.Queue | None) -> None:
+        """A pipe's bytes: the progress into `into` (until its budget is spent: then the pipe is closed),
+        the output into the current case's log until the attempt has ended. The pipe is closed here, by
+        the one thread that reads it."""
+        budget = self.worker.limits.progress_mb << 20
+        try:
+            while (into is None or budget > 0) and (data := os.read(pipe.fileno(), 65536)):
+                budget -= len(data)
+                if into is not None:
+                    into.put(data)
+                    continue
+                with self.lock:
+                    if self.ended:  # a process the job left behind prints after it: no log takes that
+                        return
+                    self.log.add(data)
+        except OSError:
+            pass
+        finally:
+            pipe.close()
+            if into is not None:
+                into.put(b"")
+
+    def events(self, deadline: Callable[[], float]) -> Iterator[dict | None]:
+        """The children's events, group after group; None when `deadline()` passes or the grader is told to
+        stop. Ends when the last child has ended and what it wrote is read."""
+        while True:
+            if STOP.is_set() or (self.how is None and deadline() <= time.monotonic()):
+                yield None
+                continue
+            try:
+                data = self.progress.get(timeout=max(min(deadline() - time.monotonic(), 0.25), 0))
+            except queue.Empty:
+                continue
+            if data:
+                for event in self.lines.feed(data):
+                    if not (event.get("event") == "finished" and self.groups):  # a group's, not the attempt's
+                        yield event
+                continue
+            if self.next_group():
+                return
+
+    def next_group(self) -> bool:
+        """At the end of a child's progress: the next group's child, or True when none is left to run."""
+        try:
+            code = self.process.wait(timeout=max(self.worker.limits.case_seconds, 1.0))
+        except subprocess.TimeoutExpired:  # it closed its pipe and went on: the case's limit ends it
+            end_tree(self.process)
+            code = self.process.wait()
+        self.output.join(timeout=2.0)  # what it printed last, unless a process it left holds the pipe
+        if code == 0 and self.groups and not STOP.is_set():
+            self.start(self.groups.pop(0))
+            return False
+        self.how = describe_exit(code)
+        return True
+
+    def drain(self) -> None:
+        """What the code printed so far is in the current log (the pump adds it as it comes)."""
+        with self.lock:
+            pass
+
+    def end(self) -> None:
+        """End the child and what it started (its session or tree); from then on its output reaches no log,
+        whatever a process that escaped the tree still prints (the hidden phase starts after this)."""
+        if self.process is not None and self.process.poll() is None:
+            end_tree(self.process)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(timeout=10)
+            self.how = self.how or "was killed"
+        if self.process is not None:
+            self.output.join(timeout=1.0)  # what it printed before it ended
+        with self.lock:
+            self.ended = True
+
+
 def run_once(worker: Worker, job: dict, cases: list[str], state: RunState) -> tuple[list[str], bool]:
     """One child over `cases`; fills `state.runs` for the cases it reached. Returns the unreached ones,
     and whether a fresh child should take them (not after an import failure, the total limit or a stop)."""
     limits = worker.limits
-    attempt = Attempt(worker, job | {"cases": cases}, state.log_for(cases[0]))
+    attempt = worker.attempt(job | {"cases": cases}, state.log_for(cases[0]))
     current, started = None, time.monotonic()
     deadline = min(started + limits.import_seconds, state.stop_at)
     remaining = list(cases)
@@ -783,7 +964,7 @@ def run_phase(worker: Worker, job: dict, cases: list[str], state: RunState) -> N
 def read_outputs(path: Path) -> tuple[dict | None, str | None]:
     """The child's outputs, rebuilt on their devices; never following links, never unbounded."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        fd = open_unfollowed(path)
     except OSError as err:
         return None, f"your code's outputs could not be read back ({err.strerror})"
     with os.fdopen(fd, "rb") as f:

@@ -26,6 +26,7 @@ from cs_basics.harness.rule.scan import STACK_BYTES, Construct, Unreadable, Use
 
 SCAN_MEMORY = 1 << 30  # the scan's process: real code of 5 MiB (the largest graded) parses in about 250 MiB
 SCAN_SECONDS = 60.0  # real code of 5 MiB parses in about 5 s on a loaded 2-core machine
+WINDOWS_CRASH = 0xC0000000  # exit statuses from here up are NTSTATUS codes of a process Windows ended (a crash)
 HARNESS_ROOT = Path(__file__).resolve().parents[3]  # the grader's own cs_basics (never the student's) is below
 
 # cs_basics's tooling, not the student's: the grader stages its own copy over the submission's and
@@ -189,6 +190,8 @@ def scan_bounded(job: dict, memory: int = SCAN_MEMORY, seconds: float = SCAN_SEC
         raise Unreadable(f"reading it took the grader over {seconds:.0f} s") from None
     if done.returncode < 0:  # killed (a stack overflow, say): the code made the grader's reader fail
         raise Unreadable(f"the grader's reader of it was killed by signal {-done.returncode}")
+    if done.returncode >= WINDOWS_CRASH:  # the same on Windows: an exception code (0xC00000FD, a stack overflow)
+        raise Unreadable(f"the grader's reader of it crashed (exception 0x{done.returncode:X})")
     if done.returncode != 0:
         raise RuntimeError(f"the grader's scan failed:\n{done.stderr.decode(errors='replace')[-4000:]}")
     result = pickle.loads(done.stdout)

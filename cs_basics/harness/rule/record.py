@@ -68,9 +68,11 @@ SWITCHES = {
 OVERRIDE_KEYS = ("CPU", "CUDA", "MPS", "Autograd", "CompositeImplicitAutograd")
 UNAVAILABLE = "is not available in graded code"  # in every ForbiddenOperator message
 # audit events that start a process; multiprocessing's spawn and forkserver raise none, so
-# _posixsubprocess.fork_exec (under subprocess too) gets a tripwire of its own
+# _posixsubprocess.fork_exec (under subprocess too) gets a tripwire of its own; on Windows, where there is
+# no _posixsubprocess, every process starts through _winapi.CreateProcess, os.spawn* or os.startfile
 PROCESS_EVENTS = frozenset(
     {"os.fork", "os.forkpty", "os.posix_spawn", "os.posix_spawnp", "os.system", "os.exec", "subprocess.Popen"}
+    | {"_winapi.CreateProcess", "os.spawn", "os.startfile"}
 )
 STARTED_PROCESS = "started a process"
 
@@ -393,7 +395,10 @@ def _refuse_processes() -> None:
     """An audit hook (it cannot be removed) for the calls that raise audit events, and a tripwire on the
     call under subprocess and multiprocessing's spawn and forkserver, which raise none."""
     sys.addaudithook(_audit)
-    import _posixsubprocess
+    try:
+        import _posixsubprocess
+    except ImportError:  # Windows: its processes start through _winapi.CreateProcess, which the hook sees
+        return
 
     fork_exec = _posixsubprocess.fork_exec
 

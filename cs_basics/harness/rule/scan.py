@@ -17,12 +17,13 @@ import ast
 import fnmatch
 import json
 import pickle
-import resource
 import sys
 import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from cs_basics.harness.portable import is_linux, unix_module
 
 MAIN_GUARD = "__name__"  # `if __name__ == "__main__":` blocks never run on import
 DEPTH_LIMIT = 3000  # syntax-tree levels: deeper than Python itself compiles with its default recursion limit
@@ -473,7 +474,13 @@ def main() -> None:
     result pickled on stdout, {"uses": ...} or {"unreadable": why}. Its memory is bounded before it reads
     a byte of the student's code."""
     job = json.load(sys.stdin)
-    resource.setrlimit(resource.RLIMIT_AS, (job["memory"], job["memory"]))
+    resource = unix_module("resource")  # Windows has none: portable.scan_notes says the scan runs without it
+    if resource is not None:
+        try:
+            resource.setrlimit(resource.RLIMIT_AS, (job["memory"], job["memory"]))
+        except (ValueError, OSError):  # macOS may refuse RLIMIT_AS; on Linux, the staff must hear of it
+            if is_linux():
+                raise
     sys.setrecursionlimit(RECURSION_LIMIT)
     threading.stack_size(STACK_BYTES)
     result: dict = {}
