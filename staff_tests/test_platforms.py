@@ -443,3 +443,30 @@ def test_the_course_may_fold_hidden_cases_into_one_line(assignment):
     assert not any(f"{t.case.test}[{t.case.param}]" in json.dumps(data) for t in hidden)
     xml = JUnitXml.fromstring(WRITERS["junit"].write_grade(grade, course).encode())
     assert xml.tests == len(tests) - len(hidden) + 1
+
+
+# ---------------------------------------------------------------- what a hostile submission tries (review)
+
+
+def hidden_and_public(assignment, seconds: float = 0.25):
+    """A grade whose every case failed after `seconds`, each with its own message."""
+    tests = [
+        CaseResult(c, assignment.points[c.id], False, f"message of {c.id}", seconds=seconds) for c in assignment.cases
+    ]
+    return Grade(tests, 100.0), [t for t in tests if t.case.hidden]
+
+
+def test_junit_shows_no_time_a_hidden_case_took(assignment):
+    """A hidden case's seconds are what it computed: sleeping for an input's value would print it in `time`."""
+    grade, hidden = hidden_and_public(assignment)
+    hidden[0].seconds = 12.345  # as if it slept for its first input's value
+    grade.execution_time = 99.875
+    xml = WRITERS["junit"].write_grade(grade, assignment)
+    assert "12.345" not in xml and "99.875" not in xml
+    read = JUnitXml.fromstring(xml.encode())
+    public = sum(1 for c in assignment.cases if not c.hidden)
+    for suite in read:
+        assert float(suite.time) == pytest.approx(0.25 * public, abs=1e-3)  # the public cases' seconds only
+        for case in suite:
+            shown = next(c for c in assignment.cases if f"{c.test}[{c.param}]" == case.name)
+            assert float(case.time) == (0.0 if shown.hidden else 0.25)
