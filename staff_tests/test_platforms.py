@@ -470,3 +470,19 @@ def test_junit_shows_no_time_a_hidden_case_took(assignment):
         for case in suite:
             shown = next(c for c in assignment.cases if f"{c.test}[{c.param}]" == case.name)
             assert float(case.time) == (0.0 if shown.hidden else 0.25)
+
+
+def test_an_output_that_cannot_be_written_is_named_before_anything_is_written(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a_file").write_text("kept")
+    (tmp_path / "read_only").mkdir(mode=0o555)
+    for bad in ("a_file/pl.json", "a_file/deeper/pl.json"):
+        args = ["grade", "--project", str(ROOT), "--format", "junit=j.xml", "--format", f"prairielearn={bad}"]
+        assert main(args) == 2
+        err = capsys.readouterr().err
+        assert "a_file is not a folder" in err and "Traceback" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file", "read_only"]
+    assert (tmp_path / "a_file").read_text() == "kept"
+    monkeypatch.setattr(os, "access", lambda path, mode: Path(path).name != "read_only")  # root may write anywhere
+    with pytest.raises(FormatError, match="read_only: cannot write there"):
+        outputs_for([f"junit={tmp_path / 'read_only' / 'j.xml'}"], None, {})

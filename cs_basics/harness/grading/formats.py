@@ -167,6 +167,16 @@ def detect(env: Mapping[str, str] | None = None) -> Platform | None:
     return None
 
 
+def check_writable(spec: str, path: Path) -> None:
+    """The file's folder, or the nearest one that exists (grading makes the rest), is a folder this process may
+    write in: found before any format's file is written, not after the first one is."""
+    existing = next(p for p in (path.absolute().parent, *path.absolute().parents) if p.exists())
+    if not existing.is_dir():
+        raise FormatError(f"--format {spec}: {existing} is not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise FormatError(f"--format {spec}: {existing}: cannot write there")
+
+
 def parse_spec(spec: str) -> tuple[str, Path | None]:
     name, sep, path = spec.partition("=")
     if name not in WRITERS:
@@ -223,6 +233,7 @@ def outputs_for(
         path = path or Path(writer.default_file)
         if path.is_dir():
             raise FormatError(f"--format {spec}: {path} is a folder; give a file")
+        check_writable(spec, path)
         kept = path.read_bytes() if name == "github-classroom" and path.is_file() else b""
         outputs.append(Output(writer, path, kept))
     paths = [o.path.resolve() for o in outputs]
