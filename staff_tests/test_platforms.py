@@ -486,3 +486,23 @@ def test_an_output_that_cannot_be_written_is_named_before_anything_is_written(tm
     monkeypatch.setattr(os, "access", lambda path, mode: Path(path).name != "read_only")  # root may write anywhere
     with pytest.raises(FormatError, match="read_only: cannot write there"):
         outputs_for([f"junit={tmp_path / 'read_only' / 'j.xml'}"], None, {})
+
+
+@pytest.mark.parametrize("gradable", [True, False])
+def test_prairielearn_entrypoint_passes_status_1_only_for_nothing_to_grade(tmp_path, gradable):
+    """Python exits 1 on any uncaught exception too: a grader crash must fail the job for the staff, not give the
+    student the placeholder's 0 (PrairieLearn reads results.json after a 0 and records its score)."""
+    grade = tmp_path / "grade"
+    (grade / "results").mkdir(parents=True)
+    results = {"gradable": gradable, "score": 0.0, "message": "grading did not finish", "tests": []}
+    fake = tmp_path / "python"  # writes what grading writes (the placeholder, or nothing to grade), then exits 1
+    fake.write_text(
+        f"#!/bin/sh\ncat > \"$CS_BASICS_GRADE_ROOT/results/results.json\" <<'EOF'\n{json.dumps(results)}\nEOF\nexit 1\n"
+    )
+    fake.chmod(0o755)
+    script = tmp_path / "run.sh"
+    script.write_text(question.RUN)
+    script.chmod(0o755)
+    env = {"PATH": os.environ["PATH"], "CS_BASICS_GRADE_ROOT": str(grade), "CS_BASICS_PYTHON": str(fake)}
+    done = subprocess.run([str(script)], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == (1 if gradable else 0), done.stderr
