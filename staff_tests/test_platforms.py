@@ -506,3 +506,14 @@ def test_prairielearn_entrypoint_passes_status_1_only_for_nothing_to_grade(tmp_p
     env = {"PATH": os.environ["PATH"], "CS_BASICS_GRADE_ROOT": str(grade), "CS_BASICS_PYTHON": str(fake)}
     done = subprocess.run([str(script)], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == (1 if gradable else 0), done.stderr
+
+
+def test_prairielearn_shows_a_hidden_case_by_its_name_only(assignment):
+    """A case's description is the staff's text about its inputs ("a 3x7 mask with one row all False"): Gradescope
+    writes none, and PrairieLearn shows every field at once."""
+    import dataclasses
+
+    cases = [dataclasses.replace(c, description=f"inputs of {c.id}") if c.hidden else c for c in assignment.cases]
+    tests = [CaseResult(c, assignment.points[c.id], True, "passed") for c in cases]
+    data = WRITERS["prairielearn"].write_grade(Grade(tests, 1.0), assignment)
+    assert "inputs of" not in data

@@ -41,7 +41,7 @@ def hidden_summary(assignment: Assignment) -> str:
 def _entry(case: Case, points: float, max_points: float, message: str) -> dict:
     return {
         "name": test_name(case),
-        "description": case.description or case.problem,
+        "description": case.problem if case.hidden else case.description or case.problem,  # the staff's words on inputs
         "points": round(points, 6),
         "max_points": round(max_points, 6),
         "message": message,
