@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -110,25 +109,10 @@ class Output:
 
     def write(self, text: str) -> None:
         kept = self.kept if not self.kept or self.kept.endswith(b"\n") else self.kept + b"\n"
-        write_atomic_bytes(self.path, kept + text.encode())
+        results.write_atomic(self.path, kept + text.encode())
 
     def describe(self) -> str:
         return f"{self.writer.name} ({self.writer.platform}) to {self.path}"
-
-
-def write_atomic_bytes(path: Path, data: bytes) -> None:
-    """A fresh file in the same folder (never one that already exists), then a rename over `path`."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 @dataclass(frozen=True)

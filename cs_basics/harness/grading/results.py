@@ -101,10 +101,14 @@ def write_atomic(path: Path, text: str | bytes) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "wb" if isinstance(text, bytes) else "w") as f:
-        f.write(text)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
+    try:
+        with os.fdopen(fd, "wb" if isinstance(text, bytes) else "w") as f:
+            f.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:  # a full disk, `path` a folder: no temporary file left beside it
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def write_results(path: Path, data: dict) -> None:
