@@ -46,7 +46,7 @@ def cmd_grade(args: argparse.Namespace) -> int:
         print(printable(why), file=sys.stderr)
         return 2
     try:
-        outputs, platform = outputs_for(args.format, args.results)
+        outputs, platform = outputs_for(args.format, args.results, submission=args.submission)
     except FormatError as err:
         print(printable(f"cs-basics grade: {err}"), file=sys.stderr)
         return 2

@@ -517,3 +517,17 @@ def test_prairielearn_shows_a_hidden_case_by_its_name_only(assignment):
     tests = [CaseResult(c, assignment.points[c.id], True, "passed") for c in cases]
     data = WRITERS["prairielearn"].write_grade(Grade(tests, 1.0), assignment)
     assert "inputs of" not in data
+
+
+def test_a_platform_folder_on_a_staff_machine_does_not_take_another_submissions_grade(tmp_path):
+    """/grade/student on the staff's machine (a PrairieLearn image used to grade by hand): `--submission ~/alice`
+    writes Gradescope's results.json as it always did, not PrairieLearn's file into /grade/results."""
+    (tmp_path / "grade" / "student").mkdir(parents=True)
+    (tmp_path / "alice").mkdir()
+    env = {"CS_BASICS_GRADE_ROOT": str(tmp_path / "grade"), "AUTOGRADER_ROOT": str(tmp_path / "none")}
+    outputs, platform = outputs_for([], None, env, submission=tmp_path / "alice")
+    assert platform is None and [(o.writer.name, o.path) for o in outputs] == [("gradescope", Path("results.json"))]
+    outputs, platform = outputs_for([], None, env, submission=tmp_path / "grade" / "student")
+    assert [(o.writer.name, o.path) for o in outputs] == [("prairielearn", tmp_path / "grade/results/results.json")]
+    outputs, _ = outputs_for(["prairielearn"], None, env, submission=tmp_path / "alice")
+    assert [o.path for o in outputs] == [Path("prairielearn-results.json")]

@@ -185,13 +185,22 @@ def default_submission(specs: list[str], results_path: Path | None, env: Mapping
     return platform.submission if platform.format in asked(specs, results_path, platform) else None
 
 
+def detect_for(env: Mapping[str, str], submission: Path | None) -> Platform | None:
+    """The platform found, unless `submission` is another folder than the platform's own (a staff machine that
+    has a /grade or an /autograder grades ~/alice as it always did)."""
+    platform = detect(env)
+    if platform is None or submission is None or platform.submission is None:
+        return platform
+    return platform if Path(submission).resolve() == platform.submission.resolve() else None
+
+
 def outputs_for(
-    specs: list[str], results_path: Path | None, env: Mapping[str, str] | None = None
+    specs: list[str], results_path: Path | None, env: Mapping[str, str] | None = None, submission: Path | None = None
 ) -> tuple[list[Output], Platform | None]:
     """The outputs `--format` (and `--results`, Gradescope's path) ask for, and the platform found in the
-    environment. Raises FormatError before anything is written."""
+    environment (for `submission`, when it is given). Raises FormatError before anything is written."""
     env = os.environ if env is None else env
-    platform = detect(env)
+    platform = detect_for(env, submission)
     if not specs:
         specs = asked([], results_path, platform)
         if platform is not None and platform.results is None and specs == [platform.format]:
