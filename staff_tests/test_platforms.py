@@ -531,3 +531,14 @@ def test_a_platform_folder_on_a_staff_machine_does_not_take_another_submissions_
     assert [(o.writer.name, o.path) for o in outputs] == [("prairielearn", tmp_path / "grade/results/results.json")]
     outputs, _ = outputs_for(["prairielearn"], None, env, submission=tmp_path / "alice")
     assert [o.path for o in outputs] == [Path("prairielearn-results.json")]
+
+
+def test_junit_points_are_results_json_points_to_the_same_digits(assignment):
+    """A course of 100 points over 7 cases: 14.285714 each in results.json, not 14.2857 (`:g` keeps 6 digits)."""
+    grade = Grade([CaseResult(c, 100 / 7, True, "passed") for c in assignment.cases], 1.0)
+    scores = [t["score"] for t in json.loads(WRITERS["gradescope"].write_grade(grade, assignment))["tests"]]
+    read = JUnitXml.fromstring(WRITERS["junit"].write_grade(grade, assignment).encode())
+    shown = [float(p.value) for suite in read for case in suite for p in case.child(Properties) if p.name == "points"]
+    assert shown == scores  # hidden_summary "each": every case, in order
+    suite_points = next(float(p.value) for suite in read for p in suite.properties() if p.name == "points")
+    assert suite_points == json.loads(WRITERS["gradescope"].write_grade(grade, assignment))["score"]

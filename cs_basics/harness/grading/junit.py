@@ -34,7 +34,7 @@ def xml_text(text: str, limit: int = MESSAGE_BYTES) -> str:
 def _properties(parent: ET.Element, **values: float) -> None:
     props = ET.SubElement(parent, "properties")
     for name, value in values.items():
-        ET.SubElement(props, "property", name=name, value=f"{round(value, 6):g}")
+        ET.SubElement(props, "property", name=name, value=repr(round(value, 6)))  # results.json's digits
 
 
 def _case(suite: ET.Element, case: Case, points: float, most: float, passed: bool, message: str, seconds: float):
