@@ -3,7 +3,8 @@
 The layout is Jenkins' and Ant's, as pytest's `--junitxml` writes it: `testsuites` > `testsuite` >
 one `testcase` per graded case (`classname` the problem, `name` the case, `time` its seconds), with
 a `failure` holding the message pytest and Gradescope give, or `skipped` for a case that was not run
-(a time limit, a stop), and the points as `properties` (`points`, `max_points`; the suite's add up).
+(a stop, a problem stuck twice: a message starting `not run`; the total time limit's are failures),
+and the points as `properties` (`points`, `max_points`; the suite's add up).
 A JUnit reader shows every test to whoever reads the report, with no per-test visibility, so hidden
 cases are written as PrairieLearn shows them (`hidden_summary`: each with its name, points and
 pass/fail, or one line for all), never with what they printed or raised.
