@@ -542,3 +542,25 @@ def test_junit_points_are_results_json_points_to_the_same_digits(assignment):
     assert shown == scores  # hidden_summary "each": every case, in order
     suite_points = next(float(p.value) for suite in read for p in suite.properties() if p.name == "points")
     assert suite_points == json.loads(WRITERS["gradescope"].write_grade(grade, assignment))["score"]
+
+
+def test_a_held_problem_is_0_on_every_platform_and_each_says_it_is_held(assignment):
+    """The from-scratch rule's hold: 0 for now everywhere (as on Gradescope), and where a platform has no
+    extra_data for the staff, its file says which problems wait for their review."""
+    from cs_basics.harness.rule.fromscratch import HELD, hold_message
+
+    held = "softmax"
+    message = hold_message(held, ["sys.modules"])
+    tests = [CaseResult(c, assignment.points[c.id], c.problem != held, "passed") for c in assignment.cases]
+    for t in tests:
+        t.output = message if t.case.problem == held else "passed"
+    grade = Grade(tests, 1.0, held=[held])
+    gradescope = json.loads(WRITERS["gradescope"].write_grade(grade, assignment))
+    pl = prairielearn_reads(WRITERS["prairielearn"].write_grade(grade, assignment).encode())
+    assert pl["score"] * sum(t["max_points"] for t in pl["tests"]) == pytest.approx(gradescope["score"], abs=1e-5)
+    assert HELD in pl["message"] and held in pl["message"]
+    read = JUnitXml.fromstring(WRITERS["junit"].write_grade(grade, assignment).encode())
+    assert {p.name: p.value for suite in read for p in suite.properties()}.get("held") == held
+    runners = reporter_reads(WRITERS["github-classroom"].write_grade(grade, assignment))
+    assert sum(t["score"] for t in runners[held]["tests"]) == 0
+    assert all(HELD in t["message"] for t in runners[held]["tests"])

@@ -19,6 +19,7 @@ from cs_basics.harness.cases import Case
 from cs_basics.harness.config import Assignment, ConfigError
 from cs_basics.harness.grading.grade import Grade
 from cs_basics.harness.grading.results import cut_to_bytes, test_name
+from cs_basics.harness.rule.fromscratch import HELD
 
 RESULTS_LIMIT = 1 << 20  # bytes: PrairieLearn's grader host refuses a larger results.json
 OUTPUT_BYTES = 128 << 10  # the top-level output (what the code printed)
@@ -88,7 +89,8 @@ def results_json(grade: Grade, assignment: Assignment) -> dict:
     rows = [(t.case, t.score, t.max_score, t.passed, t.output) for t in grade.tests]
     tests = _tests(rows, hidden_summary(assignment))
     notes = [note[0].upper() + note[1:] + "." for note in grade.notes]
-    message = "\n".join([f"{grade.score:.4g} of {grade.max_score:.4g} points.", *notes])
+    held = [f"{', '.join(grade.held)}: 0 points for now, {HELD}."] if grade.held else []  # no extra_data here
+    message = "\n".join([f"{grade.score:.4g} of {grade.max_score:.4g} points.", *held, *notes])
     printed = "What your code printed (cut to the first part):\n" + grade.output if grade.output.strip() else ""
     return _results(grade.score, grade.max_score, message, printed, tests)
 
