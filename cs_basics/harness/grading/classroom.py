@@ -23,7 +23,7 @@ import math
 from cs_basics.harness.cases import Case, points_by_case
 from cs_basics.harness.config import Assignment
 from cs_basics.harness.grading.grade import Grade
-from cs_basics.harness.grading.results import cut_to_bytes, test_name
+from cs_basics.harness.grading.results import cut_to_bytes, not_gradable_why, test_name
 
 WORKFLOW_NAME = "Autograding Tests"  # the handout's workflow, named as Classroom names its own
 CAVEAT = (
@@ -123,4 +123,4 @@ def placeholder_outputs(assignment: Assignment, why: str) -> str:
 
 
 def not_gradable_outputs(assignment: Assignment, errors: list[str]) -> str:
-    return placeholder_outputs(assignment, "your submission could not be graded: " + "; ".join(errors))
+    return placeholder_outputs(assignment, not_gradable_why(errors))

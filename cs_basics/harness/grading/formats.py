@@ -52,7 +52,7 @@ class Writer:
 
 
 def _gradescope_not_gradable(assignment: Assignment, errors: list[str]) -> str:
-    return _json(results.placeholder(assignment, "your submission could not be graded: " + "; ".join(errors)))
+    return _json(results.placeholder(assignment, results.not_gradable_why(errors)))
 
 
 WRITERS: dict[str, Writer] = {

@@ -19,10 +19,10 @@ import re
 import xml.etree.ElementTree as ET
 
 from cs_basics.harness.cases import Case
-from cs_basics.harness.config import Assignment, ConfigError
+from cs_basics.harness.config import Assignment
 from cs_basics.harness.grading.grade import Grade
-from cs_basics.harness.grading.prairielearn import MESSAGE_BYTES, OUTPUT_BYTES, hidden_summary
-from cs_basics.harness.grading.results import cut_to_bytes, printable, test_name
+from cs_basics.harness.grading.prairielearn import MESSAGE_BYTES, OUTPUT_BYTES, hidden_summary, summary_until_graded
+from cs_basics.harness.grading.results import cut_to_bytes, not_gradable_why, printable, test_name
 
 NOT_RUN = "not run"  # how the grader's message for a case it never ran begins
 NOT_XML = re.compile("[\ufffe\uffff\ud800-\udfff]")  # code points XML 1.0 refuses besides the controls
@@ -93,13 +93,10 @@ def junit_xml(grade: Grade, assignment: Assignment) -> str:
 
 
 def placeholder_xml(assignment: Assignment, why: str) -> str:
-    try:
-        summary = hidden_summary(assignment)
-    except ConfigError:
-        summary = "one_line"
+    summary = summary_until_graded(assignment)
     rows = [(case, 0.0, assignment.points[case.id], False, why, 0.0) for case in assignment.cases]
     return _document(rows, summary, "")
 
 
 def not_gradable_xml(assignment: Assignment, errors: list[str]) -> str:
-    return placeholder_xml(assignment, "your submission could not be graded: " + "; ".join(errors))
+    return placeholder_xml(assignment, not_gradable_why(errors))

@@ -72,11 +72,24 @@ def results_file(score: float, execution_time: float, output: str, tests: list[d
     }
 
 
+def sentences(notes: list[str]) -> list[str]:
+    """The grade's notes as the students read them: each a sentence."""
+    return [note[0].upper() + note[1:] + "." for note in notes]
+
+
+def printed_section(output: str) -> str:
+    """What the code printed before any hidden case ran, under its heading (nothing when it printed nothing)."""
+    return "What your code printed (cut to the first part):\n" + output if output.strip() else ""
+
+
+def not_gradable_why(errors: list[str]) -> str:
+    return "your submission could not be graded: " + "; ".join(errors)
+
+
 def results_json(grade: Grade) -> dict:
     hidden = grade.hidden_visibility
     tests = [test_entry(t.case, t.score, t.max_score, t.passed, t.message, hidden) for t in grade.tests]
-    printed = "What your code printed (cut to the first part):\n" + grade.output if grade.output.strip() else ""
-    output = "\n".join([*(note[0].upper() + note[1:] + "." for note in grade.notes), printed]).strip()
+    output = "\n".join([*sentences(grade.notes), printed_section(grade.output)]).strip()
     data = results_file(grade.score, grade.execution_time, output, tests)
     if grade.sandbox:  # Gradescope keeps `extra_data` and shows it to nobody
         data["extra_data"] = {"cs_basics": {"sandbox": grade.sandbox}}
