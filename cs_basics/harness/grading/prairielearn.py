@@ -30,13 +30,7 @@ HIDDEN_SUMMARIES = ("each", "one_line")
 
 def hidden_summary(assignment: Assignment) -> str:
     """How a platform with no per-test visibility shows hidden cases: `hidden_summary` in [tool.cs-basics]."""
-    value = assignment.table.get("hidden_summary", HIDDEN_SUMMARIES[0])
-    if value not in HIDDEN_SUMMARIES:
-        raise ConfigError(
-            f"{assignment.root / 'pyproject.toml'}: [tool.cs-basics] hidden_summary = {value!r}; "
-            f"choose one of {', '.join(HIDDEN_SUMMARIES)}"
-        )
-    return value
+    return assignment.choice("hidden_summary", HIDDEN_SUMMARIES)
 
 
 def _entry(case: Case, points: float, max_points: float, message: str) -> dict:
