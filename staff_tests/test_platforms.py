@@ -564,3 +564,14 @@ def test_a_held_problem_is_0_on_every_platform_and_each_says_it_is_held(assignme
     runners = reporter_reads(WRITERS["github-classroom"].write_grade(grade, assignment))
     assert sum(t["score"] for t in runners[held]["tests"]) == 0
     assert all(HELD in t["message"] for t in runners[held]["tests"])
+
+
+def test_a_problem_of_many_public_cases_still_fits_one_environment_variable(assignment):
+    """Each test's message had at least 256 bytes: 400 failing cases of one problem made a runner of 216 KB of
+    base64, which Linux refuses to pass to the reporter's process (the whole Classroom grade lost)."""
+    import dataclasses
+
+    case = next(c for c in assignment.cases if not c.hidden and c.problem == "softmax")
+    rows = [(dataclasses.replace(case, param=f"shape{i}"), False, "x" * 100_000, 1.0) for i in range(400)]
+    found = reporter_reads(classroom.encoded(classroom.runners(rows, {"softmax": 1.0})))
+    assert len(found["softmax"]["tests"]) == 400
