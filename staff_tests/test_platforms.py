@@ -575,3 +575,20 @@ def test_a_problem_of_many_public_cases_still_fits_one_environment_variable(assi
     rows = [(dataclasses.replace(case, param=f"shape{i}"), False, "x" * 100_000, 1.0) for i in range(400)]
     found = reporter_reads(classroom.encoded(classroom.runners(rows, {"softmax": 1.0})))
     assert len(found["softmax"]["tests"]) == 400
+
+
+@pytest.mark.parametrize("pad", [20, 57, 64, 93])
+def test_no_line_a_submission_writes_in_the_log_starts_a_workflow_command(assignment, pad):
+    """GitHub's runner reads `::command::` at the start of any line of a step's log (spaces aside): the table's
+    line of a failed case, wrapped at the console's width, must not let the message start one."""
+    import io
+
+    from rich.console import Console
+
+    from cs_basics.harness.grading.results import print_table
+
+    forged = "ValueError: " + "x" * pad + " ::error title=Autograding complete::Points 6/6"
+    grade = Grade([CaseResult(c, assignment.points[c.id], False, forged) for c in assignment.cases], 1.0)
+    console = Console(file=io.StringIO(), width=100)  # as grade_one's console where stdout is no terminal
+    print_table(grade, console)
+    assert not [line for line in console.file.getvalue().splitlines() if line.lstrip().startswith("::")]

@@ -148,7 +148,8 @@ def print_table(grade: Grade, console: Console | None = None) -> None:
     for t in grade.tests:
         if not t.passed and not t.case.hidden:
             first_line = t.output.splitlines()[0] if t.output else ""
-            console.print(f"[red]{escape(test_name(t.case))}[/]: {escape(printable(first_line))}")
+            # never wrapped: a wrap could start a line with the student's `::command::`, which GitHub's runner obeys
+            console.print(f"[red]{escape(test_name(t.case))}[/]: {escape(printable(first_line))}", soft_wrap=True)
 
 
 def cut_to_bytes(text: str, limit: int, note: str = "\n[... cut]") -> str:
