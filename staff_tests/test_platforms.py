@@ -592,3 +592,12 @@ def test_no_line_a_submission_writes_in_the_log_starts_a_workflow_command(assign
     console = Console(file=io.StringIO(), width=100)  # as grade_one's console where stdout is no terminal
     print_table(grade, console)
     assert not [line for line in console.file.getvalue().splitlines() if line.lstrip().startswith("::")]
+
+
+def test_a_submission_path_that_does_not_exist_is_the_staffs_error_and_nothing_is_written(tmp_path, capsys):
+    """No platform hands over a missing folder: `--submission ~/alcie` is a typo, not a student's empty upload."""
+    missing = tmp_path / "alcie"
+    args = ["grade", "--project", str(ROOT), "--submission", str(missing), "--format", f"junit={tmp_path / 'j.xml'}"]
+    assert main(args) == 2
+    assert f"--submission {missing}: no such file or folder" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
