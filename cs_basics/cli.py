@@ -31,6 +31,9 @@ def cmd_grade(args: argparse.Namespace) -> int:
         print(printable(f"cs-basics grade: {err}"), file=sys.stderr)
         return 2
     submission = (args.submission or default or assignment.root).resolve()
+    if not submission.exists():  # a typo: every platform hands over the student's folder, empty or not
+        print(printable(f"cs-basics grade: --submission {args.submission}: no such file or folder"), file=sys.stderr)
+        return 2
     if is_batch(assignment, submission):
         if args.format:
             why = "cs-basics grade: --format takes one submission; a folder of them is graded for Gradescope"
@@ -46,7 +49,7 @@ def cmd_grade(args: argparse.Namespace) -> int:
         print(printable(why), file=sys.stderr)
         return 2
     try:
-        outputs, platform = outputs_for(args.format, args.results)
+        outputs, platform = outputs_for(args.format, args.results, submission=args.submission)
     except FormatError as err:
         print(printable(f"cs-basics grade: {err}"), file=sys.stderr)
         return 2

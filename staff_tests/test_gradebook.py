@@ -415,3 +415,18 @@ def test_the_export_is_read_cell_for_cell_as_pythons_csv_reads_it(text):
         for cell in record.cells:
             raw = text[cell.start : cell.end]
             assert raw == (quote(cell.value, delimiter, always=True) if cell.quoted else cell.value)
+
+
+@pytest.mark.parametrize("where", ["a-folder", "under-a-file"])
+def test_an_out_that_cannot_be_written_is_named_and_leaves_no_temporary_file(assignment, tmp_path, capsys, where):
+    folder = write_results_folder(tmp_path / "results", {"zoe": results(assignment, 1.0)})
+    roster = tmp_path / "export.csv"
+    roster.write_bytes(canvas_bytes(",", "\n", False, CANVAS_BEFORE))
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "plain").write_text("kept")
+    out = tmp_path / "taken" if where == "a-folder" else tmp_path / "plain" / "import.csv"
+    assert gradebook(folder, "--lms", "canvas", "--roster", roster, "--column", "Attention (7001)", "--out", out) == 2
+    err = capsys.readouterr().err
+    assert f"--out {out}: cannot be written" in err and "Traceback" not in err
+    assert [p.name for p in tmp_path.rglob(".*")] == []  # no half-written temporary file
+    assert (tmp_path / "plain").read_text() == "kept" and list((tmp_path / "taken").iterdir()) == []

@@ -443,3 +443,161 @@ def test_the_course_may_fold_hidden_cases_into_one_line(assignment):
     assert not any(f"{t.case.test}[{t.case.param}]" in json.dumps(data) for t in hidden)
     xml = JUnitXml.fromstring(WRITERS["junit"].write_grade(grade, course).encode())
     assert xml.tests == len(tests) - len(hidden) + 1
+
+
+# ---------------------------------------------------------------- what a hostile submission tries (review)
+
+
+def hidden_and_public(assignment, seconds: float = 0.25):
+    """A grade whose every case failed after `seconds`, each with its own message."""
+    tests = [
+        CaseResult(c, assignment.points[c.id], False, f"message of {c.id}", seconds=seconds) for c in assignment.cases
+    ]
+    return Grade(tests, 100.0), [t for t in tests if t.case.hidden]
+
+
+def test_junit_shows_no_time_a_hidden_case_took(assignment):
+    """A hidden case's seconds are what it computed: sleeping for an input's value would print it in `time`."""
+    grade, hidden = hidden_and_public(assignment)
+    hidden[0].seconds = 12.345  # as if it slept for its first input's value
+    grade.execution_time = 99.875
+    xml = WRITERS["junit"].write_grade(grade, assignment)
+    assert "12.345" not in xml and "99.875" not in xml
+    read = JUnitXml.fromstring(xml.encode())
+    public = sum(1 for c in assignment.cases if not c.hidden)
+    for suite in read:
+        assert float(suite.time) == pytest.approx(0.25 * public, abs=1e-3)  # the public cases' seconds only
+        for case in suite:
+            shown = next(c for c in assignment.cases if f"{c.test}[{c.param}]" == case.name)
+            assert float(case.time) == (0.0 if shown.hidden else 0.25)
+
+
+def test_an_output_that_cannot_be_written_is_named_before_anything_is_written(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a_file").write_text("kept")
+    (tmp_path / "read_only").mkdir(mode=0o555)
+    for bad in ("a_file/pl.json", "a_file/deeper/pl.json"):
+        args = ["grade", "--project", str(ROOT), "--format", "junit=j.xml", "--format", f"prairielearn={bad}"]
+        assert main(args) == 2
+        err = capsys.readouterr().err
+        assert "a_file is not a folder" in err and "Traceback" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file", "read_only"]
+    assert (tmp_path / "a_file").read_text() == "kept"
+    monkeypatch.setattr(os, "access", lambda path, mode: Path(path).name != "read_only")  # root may write anywhere
+    with pytest.raises(FormatError, match="read_only: cannot write there"):
+        outputs_for([f"junit={tmp_path / 'read_only' / 'j.xml'}"], None, {})
+
+
+@pytest.mark.parametrize("gradable", [True, False])
+def test_prairielearn_entrypoint_passes_status_1_only_for_nothing_to_grade(tmp_path, gradable):
+    """Python exits 1 on any uncaught exception too: a grader crash must fail the job for the staff, not give the
+    student the placeholder's 0 (PrairieLearn reads results.json after a 0 and records its score)."""
+    grade = tmp_path / "grade"
+    (grade / "results").mkdir(parents=True)
+    results = {"gradable": gradable, "score": 0.0, "message": "grading did not finish", "tests": []}
+    fake = tmp_path / "python"  # writes what grading writes (the placeholder, or nothing to grade), then exits 1
+    fake.write_text(
+        f"#!/bin/sh\ncat > \"$CS_BASICS_GRADE_ROOT/results/results.json\" <<'EOF'\n{json.dumps(results)}\nEOF\nexit 1\n"
+    )
+    fake.chmod(0o755)
+    script = tmp_path / "run.sh"
+    script.write_text(question.RUN)
+    script.chmod(0o755)
+    env = {"PATH": os.environ["PATH"], "CS_BASICS_GRADE_ROOT": str(grade), "CS_BASICS_PYTHON": str(fake)}
+    done = subprocess.run([str(script)], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == (1 if gradable else 0), done.stderr
+
+
+def test_prairielearn_shows_a_hidden_case_by_its_name_only(assignment):
+    """A case's description is the staff's text about its inputs ("a 3x7 mask with one row all False"): Gradescope
+    writes none, and PrairieLearn shows every field at once."""
+    import dataclasses
+
+    cases = [dataclasses.replace(c, description=f"inputs of {c.id}") if c.hidden else c for c in assignment.cases]
+    tests = [CaseResult(c, assignment.points[c.id], True, "passed") for c in cases]
+    data = WRITERS["prairielearn"].write_grade(Grade(tests, 1.0), assignment)
+    assert "inputs of" not in data
+
+
+def test_a_platform_folder_on_a_staff_machine_does_not_take_another_submissions_grade(tmp_path):
+    """/grade/student on the staff's machine (a PrairieLearn image used to grade by hand): `--submission ~/alice`
+    writes Gradescope's results.json as it always did, not PrairieLearn's file into /grade/results."""
+    (tmp_path / "grade" / "student").mkdir(parents=True)
+    (tmp_path / "alice").mkdir()
+    env = {"CS_BASICS_GRADE_ROOT": str(tmp_path / "grade"), "AUTOGRADER_ROOT": str(tmp_path / "none")}
+    outputs, platform = outputs_for([], None, env, submission=tmp_path / "alice")
+    assert platform is None and [(o.writer.name, o.path) for o in outputs] == [("gradescope", Path("results.json"))]
+    outputs, platform = outputs_for([], None, env, submission=tmp_path / "grade" / "student")
+    assert [(o.writer.name, o.path) for o in outputs] == [("prairielearn", tmp_path / "grade/results/results.json")]
+    outputs, _ = outputs_for(["prairielearn"], None, env, submission=tmp_path / "alice")
+    assert [o.path for o in outputs] == [Path("prairielearn-results.json")]
+
+
+def test_junit_points_are_results_json_points_to_the_same_digits(assignment):
+    """A course of 100 points over 7 cases: 14.285714 each in results.json, not 14.2857 (`:g` keeps 6 digits)."""
+    grade = Grade([CaseResult(c, 100 / 7, True, "passed") for c in assignment.cases], 1.0)
+    scores = [t["score"] for t in json.loads(WRITERS["gradescope"].write_grade(grade, assignment))["tests"]]
+    read = JUnitXml.fromstring(WRITERS["junit"].write_grade(grade, assignment).encode())
+    shown = [float(p.value) for suite in read for case in suite for p in case.child(Properties) if p.name == "points"]
+    assert shown == scores  # hidden_summary "each": every case, in order
+    suite_points = next(float(p.value) for suite in read for p in suite.properties() if p.name == "points")
+    assert suite_points == json.loads(WRITERS["gradescope"].write_grade(grade, assignment))["score"]
+
+
+def test_a_held_problem_is_0_on_every_platform_and_each_says_it_is_held(assignment):
+    """The from-scratch rule's hold: 0 for now everywhere (as on Gradescope), and where a platform has no
+    extra_data for the staff, its file says which problems wait for their review."""
+    from cs_basics.harness.rule.fromscratch import HELD, hold_message
+
+    held = "softmax"
+    message = hold_message(held, ["sys.modules"])
+    tests = [CaseResult(c, assignment.points[c.id], c.problem != held, "passed") for c in assignment.cases]
+    for t in tests:
+        t.output = message if t.case.problem == held else "passed"
+    grade = Grade(tests, 1.0, held=[held])
+    gradescope = json.loads(WRITERS["gradescope"].write_grade(grade, assignment))
+    pl = prairielearn_reads(WRITERS["prairielearn"].write_grade(grade, assignment).encode())
+    assert pl["score"] * sum(t["max_points"] for t in pl["tests"]) == pytest.approx(gradescope["score"], abs=1e-5)
+    assert HELD in pl["message"] and held in pl["message"]
+    read = JUnitXml.fromstring(WRITERS["junit"].write_grade(grade, assignment).encode())
+    assert {p.name: p.value for suite in read for p in suite.properties()}.get("held") == held
+    runners = reporter_reads(WRITERS["github-classroom"].write_grade(grade, assignment))
+    assert sum(t["score"] for t in runners[held]["tests"]) == 0
+    assert all(HELD in t["message"] for t in runners[held]["tests"])
+
+
+def test_a_problem_of_many_public_cases_still_fits_one_environment_variable(assignment):
+    """Each test's message had at least 256 bytes: 400 failing cases of one problem made a runner of 216 KB of
+    base64, which Linux refuses to pass to the reporter's process (the whole Classroom grade lost)."""
+    import dataclasses
+
+    case = next(c for c in assignment.cases if not c.hidden and c.problem == "softmax")
+    rows = [(dataclasses.replace(case, param=f"shape{i}"), False, "x" * 100_000, 1.0) for i in range(400)]
+    found = reporter_reads(classroom.encoded(classroom.runners(rows, {"softmax": 1.0})))
+    assert len(found["softmax"]["tests"]) == 400
+
+
+@pytest.mark.parametrize("pad", [20, 57, 64, 93])
+def test_no_line_a_submission_writes_in_the_log_starts_a_workflow_command(assignment, pad):
+    """GitHub's runner reads `::command::` at the start of any line of a step's log (spaces aside): the table's
+    line of a failed case, wrapped at the console's width, must not let the message start one."""
+    import io
+
+    from rich.console import Console
+
+    from cs_basics.harness.grading.results import print_table
+
+    forged = "ValueError: " + "x" * pad + " ::error title=Autograding complete::Points 6/6"
+    grade = Grade([CaseResult(c, assignment.points[c.id], False, forged) for c in assignment.cases], 1.0)
+    console = Console(file=io.StringIO(), width=100)  # as grade_one's console where stdout is no terminal
+    print_table(grade, console)
+    assert not [line for line in console.file.getvalue().splitlines() if line.lstrip().startswith("::")]
+
+
+def test_a_submission_path_that_does_not_exist_is_the_staffs_error_and_nothing_is_written(tmp_path, capsys):
+    """No platform hands over a missing folder: `--submission ~/alcie` is a typo, not a student's empty upload."""
+    missing = tmp_path / "alcie"
+    args = ["grade", "--project", str(ROOT), "--submission", str(missing), "--format", f"junit={tmp_path / 'j.xml'}"]
+    assert main(args) == 2
+    assert f"--submission {missing}: no such file or folder" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []

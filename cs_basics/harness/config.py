@@ -31,6 +31,7 @@ import dataclasses
 import importlib
 import sys
 import tomllib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -106,11 +107,15 @@ class Assignment:
     def hidden_visibility(self) -> str:
         """Gradescope's `visibility` of hidden cases' entries: everything a hidden case printed, raised or
         computed goes there, and only there."""
-        value = self.table.get("hidden_visibility", HIDDEN_VISIBILITIES[0])
-        if value not in HIDDEN_VISIBILITIES:
+        return self.choice("hidden_visibility", HIDDEN_VISIBILITIES)
+
+    def choice(self, name: str, choices: Sequence[str]) -> str:
+        """The setting `name` of [tool.cs-basics], one of `choices` (the first by default); ConfigError names it."""
+        value = self.table.get(name, choices[0])
+        if value not in choices:
             raise ConfigError(
-                f"{self.root / 'pyproject.toml'}: [tool.cs-basics] hidden_visibility = {value!r}; "
-                f"choose one of {', '.join(HIDDEN_VISIBILITIES)}"
+                f"{self.root / 'pyproject.toml'}: [tool.cs-basics] {name} = {value!r}; "
+                f"choose one of {', '.join(choices)}"
             )
         return value
 

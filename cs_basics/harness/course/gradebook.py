@@ -591,5 +591,8 @@ def fill(
         else:
             edits.append((cell.start, cell.end, quote(value, d, always=cell.quoted)))
     filled.data = sheet.encode(edits)
-    write_atomic(out, filled.data)
+    try:
+        write_atomic(out, filled.data)
+    except OSError as err:
+        raise GradebookError(f"--out {out}: cannot be written ({err.strerror})") from None
     return filled

@@ -33,15 +33,17 @@ MEMORY_MB = 1536  # the student's process, inside PrairieLearn's 2 GiB container
 RUN = f"""#!/bin/sh
 # PrairieLearn runs this for each submission, as root, in the course's grading image: it grades the
 # files in /grade/student and writes /grade/results/results.json. PrairieLearn reads that file only when
-# this exits 0: so 0 also when cs-basics says the submission holds nothing to grade (its status 1; the
-# file then says gradable: false and names the file). 2 (the staff must act) fails the job for the staff.
+# this exits 0: so 0 also when cs-basics says the submission holds nothing to grade (its status 1, and the
+# file says gradable: false and names the file). Python's own status 1, an uncaught error, leaves the file
+# saying "grading did not finish" with 0 points: that, like 2 (the staff must act), fails the job for the
+# staff instead of giving the student the 0.
 GRADE="${{CS_BASICS_GRADE_ROOT:-/grade}}"
 export CS_BASICS_GRADE_ROOT="$GRADE"
 cd "$(dirname "$0")" || exit 2
 "${{CS_BASICS_PYTHON:-{VENV}/bin/python}}" -m cs_basics.cli grade --format prairielearn \\
     --submission "$GRADE/student" --total-seconds {TOTAL_SECONDS} --memory-mb {MEMORY_MB}
 status=$?
-[ "$status" -eq 1 ] && exit 0
+[ "$status" -eq 1 ] && grep -q '"gradable": false' "$GRADE/results/results.json" && exit 0
 exit "$status"
 """
 

@@ -23,7 +23,7 @@ import math
 from cs_basics.harness.cases import Case, points_by_case
 from cs_basics.harness.config import Assignment
 from cs_basics.harness.grading.grade import Grade
-from cs_basics.harness.grading.results import cut_to_bytes, test_name
+from cs_basics.harness.grading.results import cut_to_bytes, not_gradable_why, test_name
 
 WORKFLOW_NAME = "Autograding Tests"  # the handout's workflow, named as Classroom names its own
 CAVEAT = (
@@ -34,6 +34,7 @@ CAVEAT = (
 # 128 KiB (MAX_ARG_STRLEN) when it starts the action's process
 RUNNER_BYTES = 64 << 10
 MESSAGE_BYTES = 8 << 10
+SCORE_DIGITS = 24  # what exact_total's last score may take beyond the 4 decimals of a share
 
 
 def runners(rows: list[tuple[Case, bool, str, float]], problem_points: dict[str, float], status: str = "") -> dict:
@@ -46,13 +47,12 @@ def runners(rows: list[tuple[Case, bool, str, float]], problem_points: dict[str,
         mine = [r for r in public if r[0].problem == problem]
         if not mine:
             continue
-        share = max(256, min(MESSAGE_BYTES, (RUNNER_BYTES - 4096) // len(mine) - 512))
         tests = [
             {
                 "name": test_name(case),
                 "status": "pass" if passed else "fail",
                 "score": shares[case.id] if passed else 0,
-                "message": cut_to_bytes(message, share),
+                "message": "",
                 "test_code": "",
                 "filename": "",
                 "line_no": 0,
@@ -66,6 +66,11 @@ def runners(rows: list[tuple[Case, bool, str, float]], problem_points: dict[str,
             "max_score": problem_points[problem],
             "tests": tests,
         }
+        # the messages share what the rest leaves of the runner's bytes (each score may yet take a float's digits)
+        rest = len(json.dumps(found[problem])) + SCORE_DIGITS * len(tests)
+        share = max(0, min(MESSAGE_BYTES, (RUNNER_BYTES - rest) // len(tests)))
+        for test, (_, _, message, _) in zip(tests, mine, strict=True):
+            test["message"] = cut_to_bytes(message, share)
     exact_total(found)
     return found
 
@@ -123,4 +128,4 @@ def placeholder_outputs(assignment: Assignment, why: str) -> str:
 
 
 def not_gradable_outputs(assignment: Assignment, errors: list[str]) -> str:
-    return placeholder_outputs(assignment, "your submission could not be graded: " + "; ".join(errors))
+    return placeholder_outputs(assignment, not_gradable_why(errors))

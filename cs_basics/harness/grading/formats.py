@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,7 +52,7 @@ class Writer:
 
 
 def _gradescope_not_gradable(assignment: Assignment, errors: list[str]) -> str:
-    return _json(results.placeholder(assignment, "your submission could not be graded: " + "; ".join(errors)))
+    return _json(results.placeholder(assignment, results.not_gradable_why(errors)))
 
 
 WRITERS: dict[str, Writer] = {
@@ -110,25 +109,10 @@ class Output:
 
     def write(self, text: str) -> None:
         kept = self.kept if not self.kept or self.kept.endswith(b"\n") else self.kept + b"\n"
-        write_atomic_bytes(self.path, kept + text.encode())
+        results.write_atomic(self.path, kept + text.encode())
 
     def describe(self) -> str:
         return f"{self.writer.name} ({self.writer.platform}) to {self.path}"
-
-
-def write_atomic_bytes(path: Path, data: bytes) -> None:
-    """A fresh file in the same folder (never one that already exists), then a rename over `path`."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 @dataclass(frozen=True)
@@ -167,6 +151,16 @@ def detect(env: Mapping[str, str] | None = None) -> Platform | None:
     return None
 
 
+def check_writable(spec: str, path: Path) -> None:
+    """The file's folder, or the nearest one that exists (grading makes the rest), is a folder this process may
+    write in: found before any format's file is written, not after the first one is."""
+    existing = next(p for p in (path.absolute().parent, *path.absolute().parents) if p.exists())
+    if not existing.is_dir():
+        raise FormatError(f"--format {spec}: {existing} is not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise FormatError(f"--format {spec}: {existing}: cannot write there")
+
+
 def parse_spec(spec: str) -> tuple[str, Path | None]:
     name, sep, path = spec.partition("=")
     if name not in WRITERS:
@@ -191,13 +185,22 @@ def default_submission(specs: list[str], results_path: Path | None, env: Mapping
     return platform.submission if platform.format in asked(specs, results_path, platform) else None
 
 
+def detect_for(env: Mapping[str, str], submission: Path | None) -> Platform | None:
+    """The platform found, unless `submission` is another folder than the platform's own (a staff machine that
+    has a /grade or an /autograder grades ~/alice as it always did)."""
+    platform = detect(env)
+    if platform is None or submission is None or platform.submission is None:
+        return platform
+    return platform if Path(submission).resolve() == platform.submission.resolve() else None
+
+
 def outputs_for(
-    specs: list[str], results_path: Path | None, env: Mapping[str, str] | None = None
+    specs: list[str], results_path: Path | None, env: Mapping[str, str] | None = None, submission: Path | None = None
 ) -> tuple[list[Output], Platform | None]:
     """The outputs `--format` (and `--results`, Gradescope's path) ask for, and the platform found in the
-    environment. Raises FormatError before anything is written."""
+    environment (for `submission`, when it is given). Raises FormatError before anything is written."""
     env = os.environ if env is None else env
-    platform = detect(env)
+    platform = detect_for(env, submission)
     if not specs:
         specs = asked([], results_path, platform)
         if platform is not None and platform.results is None and specs == [platform.format]:
@@ -223,6 +226,7 @@ def outputs_for(
         path = path or Path(writer.default_file)
         if path.is_dir():
             raise FormatError(f"--format {spec}: {path} is a folder; give a file")
+        check_writable(spec, path)
         kept = path.read_bytes() if name == "github-classroom" and path.is_file() else b""
         outputs.append(Output(writer, path, kept))
     paths = [o.path.resolve() for o in outputs]

@@ -18,7 +18,8 @@ from __future__ import annotations
 from cs_basics.harness.cases import Case
 from cs_basics.harness.config import Assignment, ConfigError
 from cs_basics.harness.grading.grade import Grade
-from cs_basics.harness.grading.results import cut_to_bytes, test_name
+from cs_basics.harness.grading.results import cut_to_bytes, printed_section, sentences, test_name
+from cs_basics.harness.rule.fromscratch import HELD
 
 RESULTS_LIMIT = 1 << 20  # bytes: PrairieLearn's grader host refuses a larger results.json
 OUTPUT_BYTES = 128 << 10  # the top-level output (what the code printed)
@@ -29,19 +30,13 @@ HIDDEN_SUMMARIES = ("each", "one_line")
 
 def hidden_summary(assignment: Assignment) -> str:
     """How a platform with no per-test visibility shows hidden cases: `hidden_summary` in [tool.cs-basics]."""
-    value = assignment.table.get("hidden_summary", HIDDEN_SUMMARIES[0])
-    if value not in HIDDEN_SUMMARIES:
-        raise ConfigError(
-            f"{assignment.root / 'pyproject.toml'}: [tool.cs-basics] hidden_summary = {value!r}; "
-            f"choose one of {', '.join(HIDDEN_SUMMARIES)}"
-        )
-    return value
+    return assignment.choice("hidden_summary", HIDDEN_SUMMARIES)
 
 
 def _entry(case: Case, points: float, max_points: float, message: str) -> dict:
     return {
         "name": test_name(case),
-        "description": case.description or case.problem,
+        "description": case.problem if case.hidden else case.description or case.problem,  # the staff's words on inputs
         "points": round(points, 6),
         "max_points": round(max_points, 6),
         "message": message,
@@ -87,18 +82,22 @@ def _results(score: float, most: float, message: str, output: str, tests: list[d
 def results_json(grade: Grade, assignment: Assignment) -> dict:
     rows = [(t.case, t.score, t.max_score, t.passed, t.output) for t in grade.tests]
     tests = _tests(rows, hidden_summary(assignment))
-    notes = [note[0].upper() + note[1:] + "." for note in grade.notes]
-    message = "\n".join([f"{grade.score:.4g} of {grade.max_score:.4g} points.", *notes])
-    printed = "What your code printed (cut to the first part):\n" + grade.output if grade.output.strip() else ""
-    return _results(grade.score, grade.max_score, message, printed, tests)
+    held = [f"{', '.join(grade.held)}: 0 points for now, {HELD}."] if grade.held else []  # no extra_data here
+    message = "\n".join([f"{grade.score:.4g} of {grade.max_score:.4g} points.", *held, *sentences(grade.notes)])
+    return _results(grade.score, grade.max_score, message, printed_section(grade.output), tests)
+
+
+def summary_until_graded(assignment: Assignment) -> str:
+    """`hidden_summary` for a file written before grading checks it: the strictest while it is wrong."""
+    try:
+        return hidden_summary(assignment)
+    except ConfigError:
+        return HIDDEN_SUMMARIES[-1]
 
 
 def placeholder(assignment: Assignment, why: str) -> dict:
     """Until grading finishes: every test at 0."""
-    try:
-        summary = hidden_summary(assignment)
-    except ConfigError:
-        summary = "one_line"  # the strictest, until grading says what is wrong
+    summary = summary_until_graded(assignment)
     rows = [(case, 0.0, assignment.points[case.id], False, why) for case in assignment.cases]
     return _results(0.0, 1.0, why, "", _tests(rows, summary))
 

@@ -72,11 +72,24 @@ def results_file(score: float, execution_time: float, output: str, tests: list[d
     }
 
 
+def sentences(notes: list[str]) -> list[str]:
+    """The grade's notes as the students read them: each a sentence."""
+    return [note[0].upper() + note[1:] + "." for note in notes]
+
+
+def printed_section(output: str) -> str:
+    """What the code printed before any hidden case ran, under its heading (nothing when it printed nothing)."""
+    return "What your code printed (cut to the first part):\n" + output if output.strip() else ""
+
+
+def not_gradable_why(errors: list[str]) -> str:
+    return "your submission could not be graded: " + "; ".join(errors)
+
+
 def results_json(grade: Grade) -> dict:
     hidden = grade.hidden_visibility
     tests = [test_entry(t.case, t.score, t.max_score, t.passed, t.message, hidden) for t in grade.tests]
-    printed = "What your code printed (cut to the first part):\n" + grade.output if grade.output.strip() else ""
-    output = "\n".join([*(note[0].upper() + note[1:] + "." for note in grade.notes), printed]).strip()
+    output = "\n".join([*sentences(grade.notes), printed_section(grade.output)]).strip()
     data = results_file(grade.score, grade.execution_time, output, tests)
     if grade.sandbox:  # Gradescope keeps `extra_data` and shows it to nobody
         data["extra_data"] = {"cs_basics": {"sandbox": grade.sandbox}}
@@ -101,10 +114,14 @@ def write_atomic(path: Path, text: str | bytes) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "wb" if isinstance(text, bytes) else "w") as f:
-        f.write(text)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
+    try:
+        with os.fdopen(fd, "wb" if isinstance(text, bytes) else "w") as f:
+            f.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:  # a full disk, `path` a folder: no temporary file left beside it
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def write_results(path: Path, data: dict) -> None:
@@ -131,7 +148,8 @@ def print_table(grade: Grade, console: Console | None = None) -> None:
     for t in grade.tests:
         if not t.passed and not t.case.hidden:
             first_line = t.output.splitlines()[0] if t.output else ""
-            console.print(f"[red]{escape(test_name(t.case))}[/]: {escape(printable(first_line))}")
+            # never wrapped: a wrap could start a line with the student's `::command::`, which GitHub's runner obeys
+            console.print(f"[red]{escape(test_name(t.case))}[/]: {escape(printable(first_line))}", soft_wrap=True)
 
 
 def cut_to_bytes(text: str, limit: int, note: str = "\n[... cut]") -> str:
