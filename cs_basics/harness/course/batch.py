@@ -9,6 +9,7 @@ course too large for one machine, `--shard I/N` grades a slice and `cs-basics me
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import signal
 import sys
@@ -73,7 +74,8 @@ def grade_many(assignment: Assignment, folder: Path, results_dir: Path, args: ar
     todo, skipped = [p for p in planned if not p.skip], [p for p in planned if p.skip]
     rows = [score_row(p.submission.name, read_results(p.results)) for p in skipped]
     what = f"{len(planned)} submissions" + (f" (shard {shard} of {folder})" if shard else "")
-    device, limits, queue, lock, failures = choose_device(args.device), limits_from(args), list(todo), Lock(), []
+    limits = dataclasses.replace(limits_from(args), threads=max(1, len(os.sched_getaffinity(0)) // workers))
+    device, queue, lock, failures = choose_device(args.device), list(todo), Lock(), []
 
     def take() -> Planned | None:
         with lock:

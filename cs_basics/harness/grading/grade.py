@@ -21,7 +21,15 @@ from cs_basics.harness.cases import Case, run_check
 from cs_basics.harness.config import Assignment, ConfigError
 from cs_basics.harness.diagnosis import explain_crash
 from cs_basics.harness.grading import intake
-from cs_basics.harness.grading.sandbox import CaseRun, Limits, StaffError, Worker, python_paths, run_cases
+from cs_basics.harness.grading.sandbox import (
+    CaseRun,
+    Limits,
+    StaffError,
+    Worker,
+    named_libraries,
+    python_paths,
+    run_cases,
+)
 from cs_basics.harness.rule.fromscratch import HELD, TOOLING, FromScratch, excluded_code, runtime_breach
 from cs_basics.harness.rule.fromscratch import student_files as student_files  # the handout's import
 from cs_basics.harness.rule.record import recording
@@ -168,6 +176,7 @@ def job_settings(assignment: Assignment, folder: Path, device: torch.device, wor
             "file_mb": limits.file_mb,
             "tmp_mb": limits.tmp_mb,
             "processes": limits.processes,
+            "threads": limits.threads,
         },
         "python": python_paths(),
         "hide": [str(assignment.root), *worker.hide],
@@ -200,10 +209,14 @@ def run_submission(assignment: Assignment, submission: Path, cases: list[Case], 
         hidden = [c for c in to_run if c.hidden]
         write_inputs(assignment, [c for c in to_run if not c.hidden], folder)
         worker.hand_over(folder)
+        warm = named_libraries(student_files(assignment, folder / "code"))
     except BaseException:
         worker.clean_up(folder)
         raise
-    job = job_settings(assignment, folder, device, worker) | {"problems": {c.id: c.problem for c in to_run}}
+    job = job_settings(assignment, folder, device, worker) | {
+        "problems": {c.id: c.problem for c in to_run},
+        "warm": warm,
+    }
     try:
         runs, log = run_cases(
             worker,

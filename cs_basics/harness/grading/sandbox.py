@@ -57,6 +57,9 @@ OUTPUT_FILE_LIMIT = 16 << 20  # the largest outputs file read back
 LITTER = ("/tmp", "/var/tmp", "/dev/shm")  # where a job without namespaces may leave files
 STOP = threading.Event()  # set when the grader is told to stop (SIGTERM, SIGINT, SIGHUP)
 UNREPORTED = "your code's result for this case could not be reported (its message was too long?); the other cases ran"
+# installed libraries the grading server loads only once a job's code names one (speed only): einx's torch
+# backend imports torch._dynamo, as long to import as torch itself, and most submissions never use einx
+WARM_ON_REQUEST = ("einx",)
 PASSED_ENV = ("CUDA_", "NVIDIA_", "LD_LIBRARY_PATH", "OMP_NUM_THREADS", "MKL_", "ATEN_CPU_CAPABILITY")
 
 
@@ -148,6 +151,12 @@ def choose_sandbox(requested: str | None = None) -> str:
     if name == "bubblewrap" and not bubblewrap_runs():
         raise ValueError("bubblewrap was asked for, but `bwrap` is not installed or may not make namespaces here")
     return name
+
+
+def named_libraries(files: list[Path]) -> list[str]:
+    """The libraries of WARM_ON_REQUEST whose name is in the student's files (read within intake's bounds)."""
+    texts = [path.read_bytes() for path in files]
+    return [name for name in WARM_ON_REQUEST if any(name.encode() in text for text in texts)]
 
 
 def python_paths() -> list[str]:

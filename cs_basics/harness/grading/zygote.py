@@ -244,19 +244,31 @@ def load(name: str):
 # ---------------------------------------------------------------- the server
 
 
+# libraries a submission may use, loaded once here instead of in each child (speed only: a child's uid can
+# reach the whole environment, or the child says so before any student code runs); never the submission's
+WARM = ("einops", "jaxtyping", "beartype")
+
+
+def import_libraries(names: list[str] | tuple[str, ...]) -> None:
+    for name in names:
+        with contextlib.suppress(ImportError):
+            __import__(name)
+
+
 def warm_up() -> None:
-    """What every job needs, loaded once here instead of in each child (speed only: a child's uid
-    can reach the whole environment, or the child says so before any student code runs)."""
+    """What every job needs, loaded once here instead of in each child."""
     import numpy  # noqa: F401
     import torch
     from safetensors.torch import save
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    for name in ("einops", "jaxtyping", "beartype", "einx"):
-        with contextlib.suppress(ImportError):
-            __import__(name)
+    import_libraries(WARM)
 
-    class Passthrough(TorchDispatchMode):  # the record of operators loads torch._dynamo on first use
+    class Passthrough(TorchDispatchMode):  # as the record of operators: no torch._dynamo (see record._Recorder)
+        @classmethod
+        def _should_skip_dynamo(cls) -> bool:
+            return False
+
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             return func(*args, **(kwargs or {}))
 
@@ -310,6 +322,7 @@ class Server:
     def handle(self, message: dict, fds: list[int]) -> None:
         if message.get("op") == "run":
             job = message["job"]
+            import_libraries(job.get("warm", []))  # those the grader saw the code name (sandbox.WARM_ON_REQUEST)
             pid = os.fork()
             if pid == 0:
                 self.sock.close()
