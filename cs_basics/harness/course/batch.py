@@ -61,7 +61,10 @@ def not_graded(planned: Planned, why: str) -> dict:
     return score_row(planned.submission.name, data)
 
 
-def grade_many(assignment: Assignment, folder: Path, results_dir: Path, args: argparse.Namespace) -> int:
+def grade_many(
+    assignment: Assignment, folder: Path, results_dir: Path, args: argparse.Namespace, started: Worker | None = None
+) -> int:
+    """Grade a folder of submissions with `args.workers` workers; `started`, one already started, is the first."""
     problems = assignment.fixture_problems()
     if problems:  # every grade would stop on it: the staff must act first
         print("cs-basics grade: the course's fixtures fail their checks:\n" + "\n".join(problems), file=sys.stderr)
@@ -81,9 +84,10 @@ def grade_many(assignment: Assignment, folder: Path, results_dir: Path, args: ar
         with lock:
             return queue.pop(0) if queue and not STOP.is_set() and not failures else None
 
-    def work() -> None:
+    def work(started: Worker | None = None) -> None:
         try:
-            with Worker(args.sandbox, limits) as worker:
+            with started or Worker(args.sandbox, limits) as worker:
+                worker.limits = limits  # a started worker's too: its job's share of the cores
                 worker.hide.append(str(folder))  # no submission sees the others
                 while (planned := take()) is not None:
                     rows.append(grade_planned(assignment, planned, device, worker))
@@ -95,7 +99,9 @@ def grade_many(assignment: Assignment, folder: Path, results_dir: Path, args: ar
         doing = escape(printable(f"grading {what} ({len(skipped)} unchanged: skipped)"))
         task = progress.add_task(doing, total=len(planned))
         progress.advance(task, len(skipped))
-        threads = [threading.Thread(target=work) for _ in range(min(workers, len(todo)))]
+        threads = [
+            threading.Thread(target=work, args=(started if i == 0 else None,)) for i in range(min(workers, len(todo)))
+        ]
         for thread in threads:
             thread.start()
         for thread in threads:

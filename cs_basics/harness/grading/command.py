@@ -7,12 +7,8 @@ finished keep their points, the others say they were not run, and the results fi
 
 from __future__ import annotations
 
-import argparse
-import contextlib
 import signal
 import sys
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -22,41 +18,9 @@ from rich.markup import escape
 from cs_basics.harness.config import Assignment
 from cs_basics.harness.device import choose_device
 from cs_basics.harness.grading.grade import Grade, GradingError, grade
+from cs_basics.harness.grading.limits import limits_from as limits_from  # the command line's, for the course's tools
 from cs_basics.harness.grading.results import placeholder, print_table, printable, results_json, write_results
-from cs_basics.harness.grading.sandbox import STOP, Limits, Worker, request_stop
-
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-
-
-def limits_from(args: argparse.Namespace) -> Limits:
-    return Limits(
-        case_seconds=args.case_seconds,
-        total_seconds=args.total_seconds,
-        memory_mb=args.memory_mb,
-        tmp_mb=args.tmp_mb,
-        timeouts_per_problem=args.timeouts_per_problem,
-        released=tuple(getattr(args, "release", None) or ()),
-    )
-
-
-@contextlib.contextmanager
-def stopping_on_signals() -> Iterator[list[int]]:
-    """While inside: a stop signal asks grading to wind down; yields [the signal's number] once one came."""
-    came: list[int] = []
-    if threading.current_thread() is not threading.main_thread():
-        yield came
-        return
-
-    def stop(signum: int, frame: object) -> None:
-        came.append(signum)
-        request_stop(signal.Signals(signum).name)
-
-    before = {sig: signal.signal(sig, stop) for sig in STOP_SIGNALS}
-    try:
-        yield came
-    finally:
-        for sig, handler in before.items():
-            signal.signal(sig, handler)
+from cs_basics.harness.grading.sandbox import STOP, Limits, StaffError, Worker, stopping_on_signals
 
 
 def grade_safely(
@@ -92,7 +56,10 @@ def grade_one(
         except ValueError as err:
             result: Grade | str = str(err)
         else:
-            result = grade_safely(assignment, submission, results, device, limits, sandbox=sandbox, worker=worker)
+            try:
+                result = grade_safely(assignment, submission, results, device, limits, sandbox=sandbox, worker=worker)
+            except StaffError as err:  # the worker given (started before torch was imported) failed to start
+                result = str(err)
     if isinstance(result, str):
         write_results(results, placeholder(assignment, f"grading stopped: {result}"))
         print(printable(f"cs-basics grade: {result}\nthe results file {results} gives 0 points"), file=sys.stderr)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 from dataclasses import dataclass
 
 
@@ -25,3 +26,15 @@ class Limits:
     # not a limit, but what the staff decided: problems whose code they read and released from a hold
     # (`--release PROBLEM`: code that reaches into the interpreter is graded like any other)
     released: tuple[str, ...] = ()
+
+
+def limits_from(args: argparse.Namespace) -> Limits:
+    """The limits `cs-basics grade`'s options give."""
+    return Limits(
+        case_seconds=args.case_seconds,
+        total_seconds=args.total_seconds,
+        memory_mb=args.memory_mb,
+        tmp_mb=args.tmp_mb,
+        timeouts_per_problem=args.timeouts_per_problem,
+        released=tuple(getattr(args, "release", None) or ()),
+    )

@@ -38,13 +38,16 @@ from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
-from safetensors.torch import load
-
-from cs_basics.harness.compare import Foreign
 from cs_basics.harness.grading.limits import Limits
-from cs_basics.harness.rule.record import Record
+
+if TYPE_CHECKING:
+    import torch
+
+    from cs_basics.harness.rule.record import Record
+# torch, and what imports it, only where a job's results are read: `cs-basics grade` starts the grading server
+# (which imports torch) before it imports torch itself, so that the two imports run side by side
 
 HERE = Path(__file__).resolve().parent
 SERVER_FILES = ("zygote.py", "child.py")
@@ -348,11 +351,19 @@ class Server:
             start_new_session=True,
         )
         theirs.close()
-        ready = self.receive(limits.import_seconds)
-        if not ready or not ready.get("ready"):
-            self.close()
-            raise StaffError(f"the grading server did not start in {limits.import_seconds:.0f} s ({sandbox})")
-        self.namespaces = bool(ready.get("namespaces"))  # whether each job gets namespaces of its own
+        self.namespaces: bool | None = None  # whether each job gets namespaces of its own, once the server is ready
+
+    def ready(self) -> Server:
+        """The server, once it said it is ready (it imports torch meanwhile: the grader need not wait for it)."""
+        if self.namespaces is None:
+            ready = self.receive(self.limits.import_seconds)
+            if not ready or not ready.get("ready"):
+                self.close()
+                raise StaffError(
+                    f"the grading server did not start in {self.limits.import_seconds:.0f} s ({self.sandbox})"
+                )
+            self.namespaces = bool(ready.get("namespaces"))
+        return self
 
     def bubblewrap(self, command: list[str]) -> list[str]:
         sandbox = [shutil.which("bwrap"), "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-net"]
@@ -450,12 +461,18 @@ class Worker:
             for sub in ("out", "work"):
                 os.chown(folder / sub, self.uid, self.uid)
 
+    def start(self) -> Worker:
+        """Start the grading server now, without waiting for it (it imports torch while the grader goes on)."""
+        if self.server is None:
+            self.server = Server(self.sandbox, self.root, self.limits)
+        return self
+
     def ensure_server(self) -> Server:
         if self.server is None or self.server.process.poll() is not None:
             if self.server is not None:
                 self.server.close()
             self.server = Server(self.sandbox, self.root, self.limits)
-        return self.server
+        return self.server.ready()
 
     def end_processes(self, wait: bool = True) -> None:
         """Every process of this worker's jobs, gone: by their uid as root; else through the server, the
@@ -678,6 +695,8 @@ class RunState:
         self.halted = error
 
     def finish(self, case: str, event: dict, seconds: float) -> None:
+        from cs_basics.harness.rule.record import Record
+
         record = Record.from_json(event.get("record", {}))
         if event.get("event") == "done":
             self.runs[case] = CaseRun(outputs={}, seconds=seconds, record=record)  # read once the child is gone
@@ -728,6 +747,7 @@ class RunState:
         return left
 
 
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 _stop_reason = [""]
 
 
@@ -739,6 +759,41 @@ def request_stop(reason: str) -> None:
     """Stop grading soon: running jobs are ended and their cases marked, results are still written."""
     _stop_reason[0] = reason
     STOP.set()
+
+
+@contextlib.contextmanager
+def stopping_on_signals() -> Iterator[list[int]]:
+    """While inside: a stop signal asks grading to wind down; yields [the signal's number] once one came."""
+    came: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield came
+        return
+
+    def stop(signum: int, frame: object) -> None:
+        came.append(signum)
+        request_stop(signal.Signals(signum).name)
+
+    before = {sig: signal.signal(sig, stop) for sig in STOP_SIGNALS}
+    try:
+        yield came
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+
+
+@contextlib.contextmanager
+def started_worker(sandbox: str | None, limits: Limits) -> Iterator[Worker | None]:
+    """A worker whose grading server starts now, before the grader imports torch (`cs-basics grade`: the two
+    imports run side by side); None where it cannot start here, and grading then says why as it always did."""
+    try:
+        worker = Worker(sandbox, limits)
+    except (ValueError, StaffError):
+        worker = None
+    if worker is None:
+        yield None
+        return
+    with worker:
+        yield worker.start()
 
 
 def run_cases(
@@ -801,6 +856,8 @@ def read_outputs(path: Path) -> tuple[dict | None, str | None]:
         data = f.read(OUTPUT_FILE_LIMIT + 1)
     if len(data) > OUTPUT_FILE_LIMIT:
         return None, f"your code's outputs are over {OUTPUT_FILE_LIMIT >> 20} MiB"
+    from safetensors.torch import load
+
     try:
         tensors = load(data)
         meta = json.loads(_metadata(data)["outputs"])
@@ -815,6 +872,10 @@ def _metadata(data: bytes) -> dict:
 
 
 def _rebuild(key: str, meta: dict, tensors: dict[str, torch.Tensor]) -> object:
+    import torch
+
+    from cs_basics.harness.compare import Foreign
+
     if meta["kind"] == "tensor":
         return tensors[key].to(torch.device(meta["device"]))
     return Foreign(str(meta["describe"]), str(meta.get("sequence", "")))
