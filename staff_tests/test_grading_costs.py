@@ -44,3 +44,30 @@ def test_the_child_runs_with_the_threads_the_limits_give(assignment, tmp_path):
     result = run(assignment, submission(tmp_path, said), threads=1)
     outputs = [t.output for t in result.tests if t.case.problem == "scaled_dot_product_attention"]
     assert outputs and all("threads=1" in output for output in outputs), outputs[:2]
+
+
+SERVER_FIRST = """
+import sys
+from cs_basics import cli
+from cs_basics.harness.grading import sandbox
+
+start = sandbox.Server.__init__
+torch_then = []
+
+
+def noted(self, *args, **kwargs):
+    torch_then.append("torch" in sys.modules)
+    start(self, *args, **kwargs)
+
+
+sandbox.Server.__init__ = noted
+status = cli.main(["grade", "--quiet", "--results", sys.argv[1]])
+print("status", status, "torch imported when the server started:", torch_then)
+"""
+
+
+def test_one_grading_starts_the_server_before_it_imports_torch(tmp_path):
+    """The grading server imports torch as the grader does: started first, the two imports run side by side."""
+    script = [sys.executable, "-c", SERVER_FIRST, str(tmp_path / "results.json")]
+    done = subprocess.run(script, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert "status 0 torch imported when the server started: [False]" in done.stdout, done.stdout + done.stderr[-3000:]
