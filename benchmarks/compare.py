@@ -105,7 +105,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="cs-basics-compare-") as tmp:
         tmp = Path(tmp)
         tmp.chmod(0o755)  # each grader's child reaches its checkout under a uid of its own
-        before = checkout(args.before, tmp / "before")
+        before = checkout(args.before, tmp / "checkout")
         try:
             runs = {}
             for side, repo in (("before", before), ("after", ROOT)):
