@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
+import time
 
-from cs_basics.harness.grading.sandbox import named_libraries
+import pytest
+import torch
 
-from .submissions import ROOT, run, submission, wrap_attention
+from cs_basics.harness.grading import sandbox
+from cs_basics.harness.grading.grade import grade
+from cs_basics.harness.grading.sandbox import Limits, Worker, named_libraries
+
+from .submissions import ROOT, run, scores, submission, wrap_attention
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="killing by uid needs a root grader")
 
 ZYGOTE = ROOT / "cs_basics" / "harness" / "grading" / "zygote.py"
 
@@ -71,3 +81,40 @@ def test_one_grading_starts_the_server_before_it_imports_torch(tmp_path):
     script = [sys.executable, "-c", SERVER_FIRST, str(tmp_path / "results.json")]
     done = subprocess.run(script, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert "status 0 torch imported when the server started: [False]" in done.stdout, done.stdout + done.stderr[-3000:]
+
+
+@needs_root
+def test_killing_by_uid_never_forks_the_grader_where_setpriv_is_there(monkeypatch):
+    """setpriv takes the uid, so Python's child does not: subprocess may use vfork instead of copying the
+    grader (torch and all), five to ten times as long. The processes are killed all the same."""
+    if shutil.which("setpriv") is None:
+        pytest.skip("no setpriv here: kill_uid changes the uid in Python's child, as before")
+    uid = 64990
+    sleeper = subprocess.Popen(["sleep", "60"], user=uid, group=uid, extra_groups=[])
+    calls = []
+    run_it = subprocess.run
+
+    def noted(*args, **kwargs):
+        calls.append(kwargs)
+        return run_it(*args, **kwargs)
+
+    monkeypatch.setattr(subprocess, "run", noted)
+    try:
+        assert sandbox.kill_uid(uid)
+        assert sleeper.wait(timeout=10) == -9 and not sandbox.processes_of(uid)
+    finally:
+        sleeper.kill()
+    assert calls and not any("user" in kwargs for kwargs in calls)
+
+
+@needs_root
+def test_a_submission_ends_the_jobs_processes_once_after_each_phase(assignment, tmp_path, monkeypatch):
+    """After the public phase (before any hidden input exists) and after the hidden one (before outputs are
+    read); cleaning up, none is left and no job started since, so no third time."""
+    kills = []
+    kill = sandbox.kill_uid
+    monkeypatch.setattr(sandbox, "kill_uid", lambda uid: kills.append(time.monotonic()) or kill(uid))
+    with Worker(None, Limits()) as worker:
+        result = grade(assignment, submission(tmp_path), torch.device("cpu"), worker=worker)
+        assert sum(scores(result).values()) == pytest.approx(6)
+        assert len(kills) == 2

@@ -59,6 +59,7 @@ LEASE_WAIT_SECONDS = 600.0  # how long a worker waits for a uid when other worke
 OUTPUT_FILE_LIMIT = 16 << 20  # the largest outputs file read back
 LITTER = ("/tmp", "/var/tmp", "/dev/shm")  # where a job without namespaces may leave files
 STOP = threading.Event()  # set when the grader is told to stop (SIGTERM, SIGINT, SIGHUP)
+FINISHED_GRACE_SECONDS = 1.0  # how long a child that said it finished may take to end before it is killed
 UNREPORTED = "your code's result for this case could not be reported (its message was too long?); the other cases ran"
 # installed libraries the grading server loads only once a job's code names one (speed only): einx's torch
 # backend imports torch._dynamo, as long to import as torch itself, and most submissions never use einx
@@ -257,15 +258,22 @@ def lease_uid(wait: float = LEASE_WAIT_SECONDS) -> tuple[int, socket.socket]:
         time.sleep(random.uniform(0.2, 0.5))
 
 
-def kill_uid(uid: int) -> None:
+def kill_uid(uid: int) -> bool:
     """Every process of `uid`, wherever it runs: `kill -9 -1` as that uid, again until none is left
-    (the kernel signals them all in one pass, so forking faster cannot outrun it)."""
-    kill = shutil.which("kill") or "/bin/kill"
+    (the kernel signals them all in one pass, so forking faster cannot outrun it). Whether none is left."""
+    kill = [shutil.which("kill") or "/bin/kill", "-9", "-1"]
+    setpriv = shutil.which("setpriv")  # util-linux: it takes the uid, so Python's child need not (see below)
     for _ in range(100):
-        done = subprocess.run([kill, "-9", "-1"], user=uid, group=uid, extra_groups=[], capture_output=True)
+        if setpriv:  # no uid change in Python's child: subprocess may use vfork, not a fork of the whole grader
+            done = subprocess.run(
+                [setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", *kill], capture_output=True
+            )
+        else:
+            done = subprocess.run(kill, user=uid, group=uid, extra_groups=[], capture_output=True)
         if done.returncode != 0 and not processes_of(uid):
-            return
+            return True
         time.sleep(0.01)
+    return False
 
 
 def owned_by(uid: int, folders: tuple[str, ...] = LITTER) -> Iterator[tuple[str, os.stat_result]]:
@@ -419,6 +427,7 @@ class Worker:
         self.jobs = 0
         self.attempts = 0
         self.hide: list[str] = []  # folders no job may see besides the course's (a batch's folder of submissions)
+        self.none_left = False  # no process of the uid is left, and no job started since (known by kill_uid)
 
     def __enter__(self) -> Worker:
         return self
@@ -479,7 +488,7 @@ class Worker:
         subreaper of every process a job leaves (a grader that is not root has no uid to kill by), waiting
         for it to say so unless a job's attempt is still listening to it."""
         if self.uid is not None:
-            kill_uid(self.uid)
+            self.none_left = kill_uid(self.uid)
         elif self.server is not None:
             sweep = self.next_id()
             with contextlib.suppress(OSError):
@@ -503,7 +512,8 @@ class Worker:
 
     def clean_up(self, folder: Path) -> None:
         """After a submission: nothing of it left running or lying around."""
-        self.end_processes()
+        if not self.none_left:  # else none is left since its last phase, and no job started since
+            self.end_processes()
         if self.uid is not None and not self.isolated:  # with namespaces its temporary folders went with it
             remove_litter(self.uid)
         remove_tree(folder)
@@ -534,6 +544,7 @@ class Attempt:
         self.id = job["id"]
         progress_r, progress_w = os.pipe()
         output_r, output_w = os.pipe()
+        worker.none_left = False
         self.server.send({"op": "run", "job": job}, (progress_w, output_w))
         os.close(progress_w)
         os.close(output_w)
@@ -542,6 +553,7 @@ class Attempt:
         self.how: str | None = None  # set once the job's process has ended
         self.hoard = worker.watch_hoard()
         self.hoarded = False  # its uid held more than tmp_mb in the shared temporary folders
+        self.finished = False  # the child said it ran every case and is ending
 
     def events(self, deadline: Callable[[], float]) -> Iterator[dict | None]:
         """The child's events; None when `deadline()` passes or the grader is told to stop. Ends when
@@ -592,18 +604,24 @@ class Attempt:
             self.how = message.get("how", "ended")
 
     def end(self) -> None:
-        """Kill whatever is left of the job, wait until the server says it ended, close the pipes."""
+        """Kill whatever is left of the job, wait until the server says it ended, close the pipes. A child that
+        said it finished is ending: it gets a moment to (the phase then ends every process of the uid anyway)."""
+        if self.how is None and self.finished:
+            self.wait_ended(FINISHED_GRACE_SECONDS)
         if self.how is None:
             self.worker.end_job(self.id)
-            deadline = time.monotonic() + 10
-            while self.how is None and time.monotonic() < deadline:
-                self.hear() if select.select([self.server.sock], [], [], 0.2)[0] else None
+            self.wait_ended(10)
             if self.how is None:  # the server itself is stuck: a fresh one for the next job
                 self.server.close()
                 self.how = "was killed"
         for fd in self.fds:
             os.close(fd)
         self.fds = {}
+
+    def wait_ended(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while self.how is None and time.monotonic() < deadline:
+            self.hear() if select.select([self.server.sock], [], [], 0.2)[0] else None
 
 
 def run_once(worker: Worker, job: dict, cases: list[str], state: RunState) -> tuple[list[str], bool]:
@@ -646,6 +664,7 @@ def run_once(worker: Worker, job: dict, cases: list[str], state: RunState) -> tu
                 remaining.remove(case)
                 current, deadline = None, state.stop_at
             elif kind == "finished":
+                attempt.finished = True
                 break
         attempt.end()
         flooded = attempt.lines.budget <= 0
