@@ -8,6 +8,8 @@ itself is still made and undone around each case: none of it reaches a test that
 from __future__ import annotations
 
 import fnmatch
+import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -17,6 +19,7 @@ import torch
 
 from cs_basics.harness.rule import record
 from cs_basics.harness.rule.fromscratch import FromScratch
+from cs_basics.harness.rule.scan import Unreadable
 
 from .submissions import ROOT
 
@@ -95,3 +98,43 @@ def test_a_graded_cases_override_does_not_reach_a_test_that_is_not_graded(tmp_pa
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert " passed" in done.stdout and "failed" not in done.stdout
+
+
+PROBE = """
+import pytest
+from cs_basics.harness.pytest_plugin import STARTED_RULE
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    if item.get_closest_marker("points") and not hasattr(item.config, "_probed"):
+        item.config._probed = True
+        rule = item.config.stash.get(STARTED_RULE, None)
+        started = rule is not None and (rule._reading is not None or "scanned" in rule.__dict__)
+        print("SCAN STARTED BEFORE THE FIRST GRADED TEST:", started)
+"""
+
+
+def test_pytest_starts_the_rules_scan_once_collection_finishes(tmp_path):
+    """The scan's process (a fresh Python) reads while pytest sets up, not after the first graded test began."""
+    (tmp_path / "scan_probe.py").write_text(PROBE)
+    command = [sys.executable, "-m", "pytest", "-q", "-s", "-p", "scan_probe", "tests/test_softmax.py"]
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "SCAN STARTED BEFORE THE FIRST GRADED TEST: True" in done.stdout, done.stdout[-3000:]
+
+
+def test_the_scan_read_in_the_background_says_what_the_scan_says(assignment, tmp_path):
+    """Its verdict, and its refusal: code it cannot read is Unreadable in the caller's thread."""
+    background = FromScratch(assignment, ROOT)
+    background.read_in_background()
+    assert background.scanned == FromScratch(assignment, ROOT).scanned
+    code = tmp_path / "code"
+    shutil.copytree(ROOT / "cs_basics", code / "cs_basics", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / "tests", code / "tests", ignore=shutil.ignore_patterns("__pycache__"))
+    (code / "cs_basics" / "nn" / "deep.py").write_text("_DEEP = " + "+".join(["1"] * 200_000) + "\n")
+    unreadable = FromScratch(assignment, code)
+    unreadable.read_in_background()
+    with pytest.raises(Unreadable):
+        unreadable.scanned  # noqa: B018

@@ -16,7 +16,8 @@ import pickle
 import re
 import subprocess
 import sys
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
@@ -131,12 +132,40 @@ class FromScratch:
         return StudentFrames(self.code, is_student)
 
     released: frozenset[str] = frozenset()  # problems the staff read and released from a hold
+    _reading: tuple[threading.Thread, dict] | None = field(default=None, init=False, repr=False, compare=False)
+
+    def read_in_background(self) -> None:
+        """Start the scan now, its process waited for by a thread of ours, so that it reads while the caller goes
+        on (pytest collects and sets up); `scanned` waits for it. Started before any case runs, so no case's
+        record sees this process start."""
+        if self._reading is None and "scanned" not in self.__dict__:
+            answer: dict = {}
+
+            def read() -> None:
+                try:
+                    answer["found"] = self._scan()
+                except BaseException as err:  # raised again by `scanned`, in the caller's thread
+                    answer["error"] = err
+
+            thread = threading.Thread(target=read, name="cs-basics scan", daemon=True)
+            thread.start()
+            self._reading = (thread, answer)
 
     @cached_property
     def scanned(self) -> dict[str, tuple[list[Use], list[Construct]]]:
         """Each problem's forbidden names in the code its adapter reaches, and the constructs that reach into
         the interpreter in the code that runs for it (scan.scan, in a bounded process). Raises Unreadable
         when the code cannot be read within the scan's bounds."""
+        if self._reading is None:
+            return self._scan()
+        thread, answer = self._reading
+        thread.join()
+        self._reading = None
+        if "error" in answer:
+            raise answer["error"]
+        return answer["found"]
+
+    def _scan(self) -> dict[str, tuple[list[Use], list[Construct]]]:
         return scan_bounded(
             {
                 "code": str(self.code),
