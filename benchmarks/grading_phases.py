@@ -6,7 +6,9 @@ lease, bubblewrap's probe, the grading server: a Python that imports torch), sta
 scan (a Python process of its own), the public and the hidden phase (each a child the server forks:
 its isolation, the submission's import, the cases), ending the job's processes, the verdicts and
 writing results.json. Prints the median of each step over the repeats (wall seconds) and the total.
-A step inside another (a phase's processes ended, inside the phase) is indented under it.
+A step inside another (a phase's processes ended, inside the phase) is indented under it. In this
+process the grader has imported torch before the server starts; `cs-basics grade` starts the server
+first, so that the two imports overlap (benchmarks/compare.py times the command itself).
 Usage: uv run python benchmarks/grading_phases.py [--repeats 3]
 """
 
@@ -36,12 +38,13 @@ STEPS = [
     (grade, "check_course", "check the course's fixtures"),
     (sandbox, "choose_sandbox", "choose the sandbox (bubblewrap's probe, once a process)"),
     (sandbox, "lease_uid", "lease a job uid"),
-    (sandbox.Server, "__init__", "start the grading server (a Python importing torch)"),
+    (sandbox.Server, "__init__", "start the grading server (not waiting for it)"),
+    (sandbox.Server, "ready", "wait until the server is ready (it imports torch)"),
     (grade, "stage", "stage the submission"),
     (fromscratch, "scan_bounded", "static scan (a Python process of its own)"),
     (grade, "write_inputs", "write the cases' inputs"),
     (sandbox.Worker, "hand_over", "hand the job's folder over"),
-    (sandbox, "run_phase", "a phase: its child, the submission's import, its cases"),
+    (sandbox, "run_phase", "the two phases, public then hidden: a child each, the submission's import, the cases"),
     (sandbox.Worker, "end_processes", "end the job's processes (by uid)"),
     (sandbox, "read_outputs", "read the outputs back"),
     (sandbox.Worker, "clean_up", "clean up the job's folder"),
