@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from cs_basics.harness.grading import sandbox
-from cs_basics.harness.grading.grade import grade
+from cs_basics.harness.grading.grade import grade, stage
 from cs_basics.harness.grading.sandbox import Limits, Worker, named_libraries
 
 from .submissions import ROOT, run, scores, submission, wrap_attention
@@ -118,3 +118,32 @@ def test_a_submission_ends_the_jobs_processes_once_after_each_phase(assignment, 
         result = grade(assignment, submission(tmp_path), torch.device("cpu"), worker=worker)
         assert sum(scores(result).values()) == pytest.approx(6)
         assert len(kills) == 2
+
+
+COMPILED = """
+import builtins, sys
+compiled = []
+real = builtins.compile
+
+
+def noted(source, filename, *args, **kwargs):
+    compiled.append(str(filename))
+    return real(source, filename, *args, **kwargs)
+
+
+builtins.compile = noted
+sys.dont_write_bytecode = True
+sys.path.insert(0, sys.argv[1])
+import cs_basics.harness.rule.record, cs_basics.harness.cases, tests.cases, tests.adapters, hidden.cases
+print("compiled:", sorted(name.removeprefix(sys.argv[1] + "/") for name in compiled if name.startswith(sys.argv[1])))
+"""
+
+
+def test_the_child_imports_the_staged_harness_and_cases_without_compiling_them(assignment, tmp_path):
+    """They come with their bytecode (the grader's own files and the course's, compiled once per grading
+    process): only the submission's own files are compiled in the child, in each phase's."""
+    code = tmp_path / "code"
+    stage(assignment, submission(tmp_path), code)
+    done = subprocess.run([sys.executable, "-I", "-c", COMPILED, str(code)], capture_output=True, text=True)
+    submissions_own = ["cs_basics/__init__.py", "cs_basics/nn/__init__.py", "cs_basics/nn/functional.py"]
+    assert done.stdout.strip() == f"compiled: {submissions_own}", done.stdout + done.stderr[-2000:]
