@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import threading
 
 import pytest
 import torch
@@ -138,3 +139,20 @@ def test_the_scan_read_in_the_background_says_what_the_scan_says(assignment, tmp
     unreadable.read_in_background()
     with pytest.raises(Unreadable):
         unreadable.scanned  # noqa: B018
+
+
+def test_the_scan_read_in_the_background_starts_its_process_in_the_callers_thread(assignment, monkeypatch):
+    """Before any case's record is on (pytest: once collection finishes), never later from the waiting thread,
+    where a case's record would take it for the student's code starting a process."""
+    threads = []
+    popen = subprocess.Popen
+
+    def noted(*args, **kwargs):
+        threads.append(threading.current_thread())
+        return popen(*args, **kwargs)
+
+    monkeypatch.setattr(subprocess, "Popen", noted)
+    rule = FromScratch(assignment, ROOT)
+    rule.read_in_background()
+    assert threads == [threading.current_thread()]
+    assert rule.static == FromScratch(assignment, ROOT).static
