@@ -5,6 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from cs_basics.harness.grading.sandbox import Worker
 
 
 def cmd_fixtures(args: argparse.Namespace) -> int:
@@ -17,6 +21,16 @@ def cmd_fixtures(args: argparse.Namespace) -> int:
 
 
 def cmd_grade(args: argparse.Namespace) -> int:
+    # without torch: the grading server starts first and imports torch while this process imports it too
+    from cs_basics.harness.grading.limits import limits_from
+    from cs_basics.harness.grading.sandbox import started_worker, stopping_on_signals
+
+    with stopping_on_signals(), started_worker(args.sandbox, limits_from(args)) as worker:
+        return grade_with(args, worker)
+
+
+def grade_with(args: argparse.Namespace, worker: Worker | None) -> int:
+    """`cs-basics grade`, in the worker started for it (None: grading starts its own and says why it cannot)."""
     from cs_basics.harness.config import Assignment
     from cs_basics.harness.course.batch import grade_many, is_batch
     from cs_basics.harness.course.shards import ShardError
@@ -40,7 +54,7 @@ def cmd_grade(args: argparse.Namespace) -> int:
             print(why, file=sys.stderr)
             return 2
         try:
-            return grade_many(assignment, submission, args.results or Path("results"), args)
+            return grade_many(assignment, submission, args.results or Path("results"), args, worker)
         except ShardError as err:
             print(printable(f"cs-basics grade: {err}"), file=sys.stderr)
             return 2
@@ -57,7 +71,9 @@ def cmd_grade(args: argparse.Namespace) -> int:
     caveats = [o.writer.caveat for o in outputs if o.writer.caveat]
     first = "writing " + ", ".join(o.describe() for o in outputs) + found + "".join(f"; {c}" for c in caveats)
     print(printable(f"cs-basics grade: {first}"), flush=True)
-    return grade_one(assignment, submission, outputs, args.device, limits_from(args), sandbox=args.sandbox)
+    return grade_one(
+        assignment, submission, outputs, args.device, limits_from(args), sandbox=args.sandbox, worker=worker
+    )
 
 
 def cmd_report(args: argparse.Namespace) -> int:

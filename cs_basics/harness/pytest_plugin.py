@@ -60,9 +60,27 @@ def assignment(pytestconfig: pytest.Config) -> Assignment:
     return Assignment.find(pytestconfig.rootpath)
 
 
+STARTED_RULE = pytest.StashKey[FromScratch]()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Where graded tests were collected, the rule's scan of the code starts now, in its own process: it reads
+    while pytest sets up, instead of after the first graded test started."""
+    if any(item.get_closest_marker("points") for item in session.items):
+        try:
+            assignment = Assignment.find(session.config.rootpath)
+        except Exception:  # the `assignment` fixture says why, in the test that needs it
+            return
+        rule = session.config.stash[STARTED_RULE] = FromScratch(assignment, assignment.root)
+        rule.read_in_background()
+
+
 @pytest.fixture(scope="session")
-def from_scratch(assignment: Assignment) -> FromScratch:
-    """The grader's from-scratch rule, over this copy's code."""
+def from_scratch(assignment: Assignment, pytestconfig: pytest.Config) -> FromScratch:
+    """The grader's from-scratch rule, over this copy's code (its scan started once collection finished)."""
+    started = pytestconfig.stash.get(STARTED_RULE, None)
+    if started is not None and started.code == assignment.root:
+        return started
     return FromScratch(assignment, assignment.root)
 
 

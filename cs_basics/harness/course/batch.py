@@ -9,6 +9,7 @@ course too large for one machine, `--shard I/N` grades a slice and `cs-basics me
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import signal
 import sys
@@ -60,7 +61,10 @@ def not_graded(planned: Planned, why: str) -> dict:
     return score_row(planned.submission.name, data)
 
 
-def grade_many(assignment: Assignment, folder: Path, results_dir: Path, args: argparse.Namespace) -> int:
+def grade_many(
+    assignment: Assignment, folder: Path, results_dir: Path, args: argparse.Namespace, started: Worker | None = None
+) -> int:
+    """Grade a folder of submissions with `args.workers` workers; `started`, one already started, is the first."""
     problems = assignment.fixture_problems()
     if problems:  # every grade would stop on it: the staff must act first
         print("cs-basics grade: the course's fixtures fail their checks:\n" + "\n".join(problems), file=sys.stderr)
@@ -73,15 +77,17 @@ def grade_many(assignment: Assignment, folder: Path, results_dir: Path, args: ar
     todo, skipped = [p for p in planned if not p.skip], [p for p in planned if p.skip]
     rows = [score_row(p.submission.name, read_results(p.results)) for p in skipped]
     what = f"{len(planned)} submissions" + (f" (shard {shard} of {folder})" if shard else "")
-    device, limits, queue, lock, failures = choose_device(args.device), limits_from(args), list(todo), Lock(), []
+    limits = dataclasses.replace(limits_from(args), threads=max(1, len(os.sched_getaffinity(0)) // workers))
+    device, queue, lock, failures = choose_device(args.device), list(todo), Lock(), []
 
     def take() -> Planned | None:
         with lock:
             return queue.pop(0) if queue and not STOP.is_set() and not failures else None
 
-    def work() -> None:
+    def work(started: Worker | None = None) -> None:
         try:
-            with Worker(args.sandbox, limits) as worker:
+            with started or Worker(args.sandbox, limits) as worker:
+                worker.limits = limits  # a started worker's too: its job's share of the cores
                 worker.hide.append(str(folder))  # no submission sees the others
                 while (planned := take()) is not None:
                     rows.append(grade_planned(assignment, planned, device, worker))
@@ -93,7 +99,9 @@ def grade_many(assignment: Assignment, folder: Path, results_dir: Path, args: ar
         doing = escape(printable(f"grading {what} ({len(skipped)} unchanged: skipped)"))
         task = progress.add_task(doing, total=len(planned))
         progress.advance(task, len(skipped))
-        threads = [threading.Thread(target=work) for _ in range(min(workers, len(todo)))]
+        threads = [
+            threading.Thread(target=work, args=(started if i == 0 else None,)) for i in range(min(workers, len(todo)))
+        ]
         for thread in threads:
             thread.start()
         for thread in threads:

@@ -161,6 +161,8 @@ def run_job(job: dict, progress: int, isolated: bool, import_paths: list[str]) -
     from cs_basics.harness.rule import record
 
     record.install()  # before the submission's code runs: threads it starts are recorded too
+    if job["limits"].get("threads"):
+        torch.set_num_threads(job["limits"]["threads"])
     groups = cases_by_rule(job)
     if len(groups) == 1:
         run_group(job, report, isolated, *groups[0])

@@ -7,12 +7,8 @@ finished keep their points, the others say they were not run, and the results fi
 
 from __future__ import annotations
 
-import argparse
-import contextlib
 import signal
 import sys
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -23,44 +19,10 @@ from cs_basics.harness.config import Assignment, ConfigError
 from cs_basics.harness.device import choose_device
 from cs_basics.harness.grading.formats import GRADESCOPE, Output
 from cs_basics.harness.grading.grade import Grade, GradingError, grade
+from cs_basics.harness.grading.limits import limits_from as limits_from  # the command line's, for the course's tools
 from cs_basics.harness.grading.results import print_table, printable
-from cs_basics.harness.grading.sandbox import STOP, Limits, Worker, request_stop
+from cs_basics.harness.grading.sandbox import STOP, Limits, StaffError, Worker, stopping_on_signals
 from cs_basics.harness.grading.upload import NotGradable, laid_out
-
-STOP_SIGNALS = tuple(
-    getattr(signal, name) for name in ("SIGTERM", "SIGINT", "SIGHUP", "SIGBREAK") if hasattr(signal, name)
-)  # Windows: no SIGHUP, and Ctrl-Break is SIGBREAK
-
-
-def limits_from(args: argparse.Namespace) -> Limits:
-    return Limits(
-        case_seconds=args.case_seconds,
-        total_seconds=args.total_seconds,
-        memory_mb=args.memory_mb,
-        tmp_mb=args.tmp_mb,
-        timeouts_per_problem=args.timeouts_per_problem,
-        released=tuple(getattr(args, "release", None) or ()),
-    )
-
-
-@contextlib.contextmanager
-def stopping_on_signals() -> Iterator[list[int]]:
-    """While inside: a stop signal asks grading to wind down; yields [the signal's number] once one came."""
-    came: list[int] = []
-    if threading.current_thread() is not threading.main_thread():
-        yield came
-        return
-
-    def stop(signum: int, frame: object) -> None:
-        came.append(signum)
-        request_stop(signal.Signals(signum).name)
-
-    before = {sig: signal.signal(sig, stop) for sig in STOP_SIGNALS}
-    try:
-        yield came
-    finally:
-        for sig, handler in before.items():
-            signal.signal(sig, handler)
 
 
 def as_outputs(results: Path | list[Output]) -> list[Output]:
@@ -131,6 +93,8 @@ def grade_one(
                     result = grade_safely(assignment, folder, outputs, device, limits, sandbox=sandbox, worker=worker)
             except NotGradable as err:
                 return not_gradable(assignment, outputs, err)
+            except StaffError as err:  # the worker given (started before torch was imported) failed to start
+                result = str(err)
     written = ", ".join(str(o.path) for o in outputs)
     if isinstance(result, str):
         write_placeholders(assignment, outputs, f"grading stopped: {result}")

@@ -9,7 +9,11 @@ everything a hidden case printed, raised or computed is kept for that case's own
 
 from __future__ import annotations
 
+import functools
+import py_compile
 import shutil
+import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +25,15 @@ from cs_basics.harness.cases import Case, run_check
 from cs_basics.harness.config import Assignment, ConfigError
 from cs_basics.harness.diagnosis import explain_crash
 from cs_basics.harness.grading import intake
-from cs_basics.harness.grading.sandbox import CaseRun, Limits, StaffError, Worker, python_paths, run_cases
+from cs_basics.harness.grading.sandbox import (
+    CaseRun,
+    Limits,
+    StaffError,
+    Worker,
+    named_libraries,
+    python_paths,
+    run_cases,
+)
 from cs_basics.harness.portable import scan_notes
 from cs_basics.harness.rule.fromscratch import HELD, TOOLING, FromScratch, excluded_code, runtime_breach
 from cs_basics.harness.rule.fromscratch import student_files as student_files  # the handout's import
@@ -100,8 +112,30 @@ def copy_regular(src: Path, dst: Path) -> None:
             if child.name != "__pycache__":
                 copy_regular(child, dst / child.name)
     elif src.is_file():
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(src, dst)
+        copy_trusted(src, dst)
+
+
+def copy_trusted(src: Path, dst: Path) -> None:
+    """Copy one of the grader's or the course's files; a Python file with its bytecode beside it."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(src, dst)
+    if dst.suffix == ".py":
+        stat = src.stat()
+        pyc = dst.parent / "__pycache__" / f"{dst.stem}.{sys.implementation.cache_tag}.pyc"
+        pyc.parent.mkdir(exist_ok=True)
+        pyc.write_bytes(bytecode(src, stat.st_mtime_ns, stat.st_size))
+
+
+@functools.cache
+def bytecode(source: Path, mtime_ns: int, size: int) -> bytes:
+    """A trusted file's bytecode, compiled once per process (per version of the file) and used unchecked (PEP
+    552): each job's child imports the staged harness and cases without compiling them again, twice a
+    submission. Written where the job's uid may not write (hand_over); importing fixes the code's file name."""
+    with tempfile.TemporaryDirectory() as tmp:
+        target = Path(tmp) / "compiled.pyc"
+        mode = py_compile.PycInvalidationMode.UNCHECKED_HASH
+        py_compile.compile(str(source), cfile=str(target), doraise=True, invalidation_mode=mode)
+        return target.read_bytes()
 
 
 def module_package(assignment: Assignment, module: str) -> Path:
@@ -134,9 +168,7 @@ def stage(assignment: Assignment, submission: Path, code: Path) -> intake.Intake
     for module in [*case_modules(assignment), assignment.adapters_module]:
         package = module_package(assignment, module)
         for source in package.rglob("*.py"):  # code only: never a fixture
-            target = code / source.relative_to(assignment.root)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(source, target)
+            copy_trusted(source, code / source.relative_to(assignment.root))
     return taken
 
 
@@ -169,6 +201,7 @@ def job_settings(assignment: Assignment, folder: Path, device: torch.device, wor
             "file_mb": limits.file_mb,
             "tmp_mb": limits.tmp_mb,
             "processes": limits.processes,
+            "threads": limits.threads,
         },
         "python": python_paths(),
         "hide": [str(assignment.root), *worker.hide],
@@ -206,10 +239,14 @@ def run_submission(assignment: Assignment, submission: Path, cases: list[Case], 
         hidden = [c for c in to_run if c.hidden]
         write_inputs(assignment, [c for c in to_run if not c.hidden], folder)
         worker.hand_over(folder)
+        warm = named_libraries(student_files(assignment, folder / "code"))
     except BaseException:
         worker.clean_up(folder)
         raise
-    job = job_settings(assignment, folder, device, worker) | {"problems": {c.id: c.problem for c in to_run}}
+    job = job_settings(assignment, folder, device, worker) | {
+        "problems": {c.id: c.problem for c in to_run},
+        "warm": warm,
+    }
     try:
         runs, log = run_cases(
             worker,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 from dataclasses import dataclass
 
 
@@ -18,6 +19,22 @@ class Limits:
     processes: int = 256  # RLIMIT_NPROC, when the child runs under its own uid
     progress_line_kb: int = 64  # a longer line on the progress pipe is dropped
     progress_mb: int = 16  # the most the grader reads from the progress pipe of one job
+    # torch's threads in the child (0: torch's default, one per core). A batch gives each of its workers its
+    # share of the cores: two children of two threads each on two cores spin in OpenMP's barriers, waiting for
+    # a thread that is not running, and the graded cases (small tensors) took ten times as long
+    threads: int = 0
     # not a limit, but what the staff decided: problems whose code they read and released from a hold
     # (`--release PROBLEM`: code that reaches into the interpreter is graded like any other)
     released: tuple[str, ...] = ()
+
+
+def limits_from(args: argparse.Namespace) -> Limits:
+    """The limits `cs-basics grade`'s options give."""
+    return Limits(
+        case_seconds=args.case_seconds,
+        total_seconds=args.total_seconds,
+        memory_mb=args.memory_mb,
+        tmp_mb=args.tmp_mb,
+        timeouts_per_problem=args.timeouts_per_problem,
+        released=tuple(getattr(args, "release", None) or ()),
+    )

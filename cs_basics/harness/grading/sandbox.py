@@ -40,14 +40,17 @@ from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
-from safetensors.torch import load
-
-from cs_basics.harness.compare import Foreign
 from cs_basics.harness.grading.limits import Limits
 from cs_basics.harness.portable import fork_server_runs, is_root, open_unfollowed, skipped, unix_module
-from cs_basics.harness.rule.record import Record
+
+if TYPE_CHECKING:
+    import torch
+
+    from cs_basics.harness.rule.record import Record
+# torch, and what imports it, only where a job's results are read: `cs-basics grade` starts the grading server
+# (which imports torch) before it imports torch itself, so that the two imports run side by side
 
 HERE = Path(__file__).resolve().parent
 SERVER_FILES = ("zygote.py", "child.py", "spawned.py")  # spawned.py: the child where there is no fork server
@@ -59,7 +62,11 @@ LEASE_WAIT_SECONDS = 600.0  # how long a worker waits for a uid when other worke
 OUTPUT_FILE_LIMIT = 16 << 20  # the largest outputs file read back
 LITTER = ("/tmp", "/var/tmp", "/dev/shm")  # where a job without namespaces may leave files
 STOP = threading.Event()  # set when the grader is told to stop (SIGTERM, SIGINT, SIGHUP)
+FINISHED_GRACE_SECONDS = 1.0  # how long a child that said it finished may take to end before it is killed
 UNREPORTED = "your code's result for this case could not be reported (its message was too long?); the other cases ran"
+# installed libraries the grading server loads only once a job's code names one (speed only): einx's torch
+# backend imports torch._dynamo, as long to import as torch itself, and most submissions never use einx
+WARM_ON_REQUEST = ("einx",)
 PASSED_ENV = ("CUDA_", "NVIDIA_", "LD_LIBRARY_PATH", "OMP_NUM_THREADS", "MKL_", "ATEN_CPU_CAPABILITY")
 PASSED_ENV += ("SYSTEMROOT", "WINDIR")  # Windows: a Python without them cannot start its random source or load DLLs
 
@@ -160,6 +167,12 @@ def choose_sandbox(requested: str | None = None) -> str:
     return name
 
 
+def named_libraries(files: list[Path]) -> list[str]:
+    """The libraries of WARM_ON_REQUEST whose name is in the student's files (read within intake's bounds)."""
+    texts = [path.read_bytes() for path in files]
+    return [name for name in WARM_ON_REQUEST if any(name.encode() in text for text in texts)]
+
+
 def python_paths() -> list[str]:
     """The Python environment: the interpreter's prefix and the virtual environment's."""
     return sorted({os.path.realpath(p) for p in (sys.base_prefix, sys.prefix, sys.exec_prefix)})
@@ -255,15 +268,22 @@ def lease_uid(wait: float = LEASE_WAIT_SECONDS) -> tuple[int, socket.socket]:
         time.sleep(random.uniform(0.2, 0.5))
 
 
-def kill_uid(uid: int) -> None:
+def kill_uid(uid: int) -> bool:
     """Every process of `uid`, wherever it runs: `kill -9 -1` as that uid, again until none is left
-    (the kernel signals them all in one pass, so forking faster cannot outrun it)."""
-    kill = shutil.which("kill") or "/bin/kill"
+    (the kernel signals them all in one pass, so forking faster cannot outrun it). Whether none is left."""
+    kill = [shutil.which("kill") or "/bin/kill", "-9", "-1"]
+    setpriv = shutil.which("setpriv")  # util-linux: it takes the uid, so Python's child need not (see below)
     for _ in range(100):
-        done = subprocess.run([kill, "-9", "-1"], user=uid, group=uid, extra_groups=[], capture_output=True)
+        if setpriv:  # no uid change in Python's child: subprocess may use vfork, not a fork of the whole grader
+            done = subprocess.run(
+                [setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", *kill], capture_output=True
+            )
+        else:
+            done = subprocess.run(kill, user=uid, group=uid, extra_groups=[], capture_output=True)
         if done.returncode != 0 and not processes_of(uid):
-            return
+            return True
         time.sleep(0.01)
+    return False
 
 
 def owned_by(uid: int, folders: tuple[str, ...] = LITTER) -> Iterator[tuple[str, os.stat_result]]:
@@ -346,11 +366,19 @@ class Server:
             start_new_session=True,
         )
         theirs.close()
-        ready = self.receive(limits.import_seconds)
-        if not ready or not ready.get("ready"):
-            self.close()
-            raise StaffError(f"the grading server did not start in {limits.import_seconds:.0f} s ({sandbox})")
-        self.namespaces = bool(ready.get("namespaces"))  # whether each job gets namespaces of its own
+        self.namespaces: bool | None = None  # whether each job gets namespaces of its own, once the server is ready
+
+    def ready(self) -> Server:
+        """The server, once it said it is ready (it imports torch meanwhile: the grader need not wait for it)."""
+        if self.namespaces is None:
+            ready = self.receive(self.limits.import_seconds)
+            if not ready or not ready.get("ready"):
+                self.close()
+                raise StaffError(
+                    f"the grading server did not start in {self.limits.import_seconds:.0f} s ({self.sandbox})"
+                )
+            self.namespaces = bool(ready.get("namespaces"))
+        return self
 
     def bubblewrap(self, command: list[str]) -> list[str]:
         sandbox = [shutil.which("bwrap"), "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-net"]
@@ -418,6 +446,7 @@ class Worker:
         self.jobs = 0
         self.attempts = 0
         self.hide: list[str] = []  # folders no job may see besides the course's (a batch's folder of submissions)
+        self.none_left = False  # no process of the uid is left, and no job started since (known by kill_uid)
 
     def __enter__(self) -> Worker:
         return self
@@ -482,19 +511,25 @@ class Worker:
             for sub in ("out", "work"):
                 os.chown(folder / sub, self.uid, self.uid)
 
+    def start(self) -> Worker:
+        """Start the grading server now, without waiting for it (it imports torch while the grader goes on)."""
+        if self.server is None:
+            self.server = Server(self.sandbox, self.root, self.limits)
+        return self
+
     def ensure_server(self) -> Server:
         if self.server is None or self.server.process.poll() is not None:
             if self.server is not None:
                 self.server.close()
             self.server = Server(self.sandbox, self.root, self.limits)
-        return self.server
+        return self.server.ready()
 
     def end_processes(self, wait: bool = True) -> None:
         """Every process of this worker's jobs, gone: by their uid as root; else through the server, the
         subreaper of every process a job leaves (a grader that is not root has no uid to kill by), waiting
         for it to say so unless a job's attempt is still listening to it."""
         if self.uid is not None:
-            kill_uid(self.uid)
+            self.none_left = kill_uid(self.uid)
         elif self.server is not None:
             sweep = self.next_id()
             with contextlib.suppress(OSError):
@@ -518,7 +553,8 @@ class Worker:
 
     def clean_up(self, folder: Path) -> None:
         """After a submission: nothing of it left running or lying around."""
-        self.end_processes()
+        if not self.none_left:  # else none is left since its last phase, and no job started since
+            self.end_processes()
         if self.uid is not None and not self.isolated:  # with namespaces its temporary folders went with it
             remove_litter(self.uid)
         remove_tree(folder)
@@ -549,6 +585,7 @@ class Attempt:
         self.id = job["id"]
         progress_r, progress_w = os.pipe()
         output_r, output_w = os.pipe()
+        worker.none_left = False
         self.server.send({"op": "run", "job": job}, (progress_w, output_w))
         os.close(progress_w)
         os.close(output_w)
@@ -557,6 +594,7 @@ class Attempt:
         self.how: str | None = None  # set once the job's process has ended
         self.hoard = worker.watch_hoard()
         self.hoarded = False  # its uid held more than tmp_mb in the shared temporary folders
+        self.finished = False  # the child said it ran every case and is ending
 
     def events(self, deadline: Callable[[], float]) -> Iterator[dict | None]:
         """The child's events; None when `deadline()` passes or the grader is told to stop. Ends when
@@ -607,18 +645,24 @@ class Attempt:
             self.how = message.get("how", "ended")
 
     def end(self) -> None:
-        """Kill whatever is left of the job, wait until the server says it ended, close the pipes."""
+        """Kill whatever is left of the job, wait until the server says it ended, close the pipes. A child that
+        said it finished is ending: it gets a moment to (the phase then ends every process of the uid anyway)."""
+        if self.how is None and self.finished:
+            self.wait_ended(FINISHED_GRACE_SECONDS)
         if self.how is None:
             self.worker.end_job(self.id)
-            deadline = time.monotonic() + 10
-            while self.how is None and time.monotonic() < deadline:
-                self.hear() if select.select([self.server.sock], [], [], 0.2)[0] else None
+            self.wait_ended(10)
             if self.how is None:  # the server itself is stuck: a fresh one for the next job
                 self.server.close()
                 self.how = "was killed"
         for fd in self.fds:
             os.close(fd)
         self.fds = {}
+
+    def wait_ended(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while self.how is None and time.monotonic() < deadline:
+            self.hear() if select.select([self.server.sock], [], [], 0.2)[0] else None
 
 
 @cache
@@ -801,6 +845,7 @@ def run_once(worker: Worker, job: dict, cases: list[str], state: RunState) -> tu
                 remaining.remove(case)
                 current, deadline = None, state.stop_at
             elif kind == "finished":
+                attempt.finished = True
                 break
         attempt.end()
         flooded = attempt.lines.budget <= 0
@@ -850,6 +895,8 @@ class RunState:
         self.halted = error
 
     def finish(self, case: str, event: dict, seconds: float) -> None:
+        from cs_basics.harness.rule.record import Record
+
         record = Record.from_json(event.get("record", {}))
         if event.get("event") == "done":
             self.runs[case] = CaseRun(outputs={}, seconds=seconds, record=record)  # read once the child is gone
@@ -900,6 +947,9 @@ class RunState:
         return left
 
 
+STOP_SIGNALS = tuple(
+    getattr(signal, name) for name in ("SIGTERM", "SIGINT", "SIGHUP", "SIGBREAK") if hasattr(signal, name)
+)  # Windows: no SIGHUP, and Ctrl-Break is SIGBREAK
 _stop_reason = [""]
 
 
@@ -911,6 +961,41 @@ def request_stop(reason: str) -> None:
     """Stop grading soon: running jobs are ended and their cases marked, results are still written."""
     _stop_reason[0] = reason
     STOP.set()
+
+
+@contextlib.contextmanager
+def stopping_on_signals() -> Iterator[list[int]]:
+    """While inside: a stop signal asks grading to wind down; yields [the signal's number] once one came."""
+    came: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield came
+        return
+
+    def stop(signum: int, frame: object) -> None:
+        came.append(signum)
+        request_stop(signal.Signals(signum).name)
+
+    before = {sig: signal.signal(sig, stop) for sig in STOP_SIGNALS}
+    try:
+        yield came
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+
+
+@contextlib.contextmanager
+def started_worker(sandbox: str | None, limits: Limits) -> Iterator[Worker | None]:
+    """A worker whose grading server starts now, before the grader imports torch (`cs-basics grade`: the two
+    imports run side by side); None where it cannot start here, and grading then says why as it always did."""
+    try:
+        worker = Worker(sandbox, limits)
+    except (ValueError, StaffError):
+        worker = None
+    if worker is None:
+        yield None
+        return
+    with worker:
+        yield worker.start()
 
 
 def run_cases(
@@ -973,6 +1058,8 @@ def read_outputs(path: Path) -> tuple[dict | None, str | None]:
         data = f.read(OUTPUT_FILE_LIMIT + 1)
     if len(data) > OUTPUT_FILE_LIMIT:
         return None, f"your code's outputs are over {OUTPUT_FILE_LIMIT >> 20} MiB"
+    from safetensors.torch import load
+
     try:
         tensors = load(data)
         meta = json.loads(_metadata(data)["outputs"])
@@ -987,6 +1074,10 @@ def _metadata(data: bytes) -> dict:
 
 
 def _rebuild(key: str, meta: dict, tensors: dict[str, torch.Tensor]) -> object:
+    import torch
+
+    from cs_basics.harness.compare import Foreign
+
     if meta["kind"] == "tensor":
         return tensors[key].to(torch.device(meta["device"]))
     return Foreign(str(meta["describe"]), str(meta.get("sequence", "")))

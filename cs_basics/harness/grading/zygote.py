@@ -45,6 +45,7 @@ STASH = "/dev/shm"  # mounted over first, to hold what the other mounts must kee
 SCRATCH_FOLDERS = {"/tmp": "tmp", "/var/tmp": "var-tmp", "/dev/shm": "shm"}  # one bounded tmpfs holds them all
 SCRATCH_INODES = 1 << 16  # files the job may make in it: each costs kernel memory that its size does not count
 CHILD = []  # child.py, loaded once by the server (its folder is out of a job's view)
+WAKE = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)  # the server's wake-up pipe (see Server.serve); a job closes it
 
 
 # ---------------------------------------------------------------- system calls
@@ -202,6 +203,10 @@ def relay(pid: int) -> None:
 def run_child(job: dict, progress: int, output: int) -> None:
     """In the forked child: isolate, then run the job's cases. Never returns."""
     try:
+        signal.set_wakeup_fd(-1)  # the server's, not the job's
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        for fd in WAKE:
+            os.close(fd)
         os.setsid()
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
@@ -244,19 +249,31 @@ def load(name: str):
 # ---------------------------------------------------------------- the server
 
 
+# libraries a submission may use, loaded once here instead of in each child (speed only: a child's uid can
+# reach the whole environment, or the child says so before any student code runs); never the submission's
+WARM = ("einops", "jaxtyping", "beartype")
+
+
+def import_libraries(names: list[str] | tuple[str, ...]) -> None:
+    for name in names:
+        with contextlib.suppress(ImportError):
+            __import__(name)
+
+
 def warm_up() -> None:
-    """What every job needs, loaded once here instead of in each child (speed only: a child's uid
-    can reach the whole environment, or the child says so before any student code runs)."""
+    """What every job needs, loaded once here instead of in each child."""
     import numpy  # noqa: F401
     import torch
     from safetensors.torch import save
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    for name in ("einops", "jaxtyping", "beartype", "einx"):
-        with contextlib.suppress(ImportError):
-            __import__(name)
+    import_libraries(WARM)
 
-    class Passthrough(TorchDispatchMode):  # the record of operators loads torch._dynamo on first use
+    class Passthrough(TorchDispatchMode):  # as the record of operators: no torch._dynamo (see record._Recorder)
+        @classmethod
+        def _should_skip_dynamo(cls) -> bool:
+            return False
+
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             return func(*args, **(kwargs or {}))
 
@@ -298,9 +315,17 @@ class Server:
 
     def serve(self) -> None:
         self.send(ready=True, pid=os.getpid(), uid=os.getuid(), namespaces=namespaces_allowed())
+        # a child's end wakes the server at once (SIGCHLD writes to this pipe): the grader hears "ended" then,
+        # not at the next poll; the poll stays, for an orphan whose signal came while the server was busy
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        signal.set_wakeup_fd(WAKE[1])
         while True:
-            ready, _, _ = select.select([self.sock], [], [], 0.05)
-            if ready:
+            ready, _, _ = select.select([self.sock, WAKE[0]], [], [], 0.05)
+            if WAKE[0] in ready:
+                with contextlib.suppress(BlockingIOError):
+                    while os.read(WAKE[0], 4096):
+                        pass
+            if self.sock in ready:
                 data, fds, _, _ = socket.recv_fds(self.sock, 1 << 20, 4)
                 if not data:
                     return  # the grader is gone
@@ -310,6 +335,7 @@ class Server:
     def handle(self, message: dict, fds: list[int]) -> None:
         if message.get("op") == "run":
             job = message["job"]
+            import_libraries(job.get("warm", []))  # those the grader saw the code name (sandbox.WARM_ON_REQUEST)
             pid = os.fork()
             if pid == 0:
                 self.sock.close()

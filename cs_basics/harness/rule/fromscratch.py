@@ -16,7 +16,8 @@ import pickle
 import re
 import subprocess
 import sys
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
@@ -132,21 +133,54 @@ class FromScratch:
         return StudentFrames(self.code, is_student)
 
     released: frozenset[str] = frozenset()  # problems the staff read and released from a hold
+    _reading: tuple[threading.Thread, dict] | None = field(default=None, init=False, repr=False, compare=False)
+
+    def read_in_background(self) -> None:
+        """Start the scan's process now, in the caller's thread (before any case runs: no case's record sees
+        it start), and wait for it in a thread of ours, so that it reads while the caller goes on (pytest
+        sets up); `scanned` waits for it."""
+        if self._reading is None and "scanned" not in self.__dict__:
+            answer: dict = {}
+            try:
+                started = start_scan(self._job())
+            except OSError:  # `scanned` tries again, and says why where it is needed
+                return
+
+            def read() -> None:
+                try:
+                    answer["found"] = scan_result(*started)
+                except BaseException as err:  # raised again by `scanned`, in the caller's thread
+                    answer["error"] = err
+
+            thread = threading.Thread(target=read, name="cs-basics scan", daemon=True)
+            thread.start()
+            self._reading = (thread, answer)
 
     @cached_property
     def scanned(self) -> dict[str, tuple[list[Use], list[Construct]]]:
         """Each problem's forbidden names in the code its adapter reaches, and the constructs that reach into
         the interpreter in the code that runs for it (scan.scan, in a bounded process). Raises Unreadable
         when the code cannot be read within the scan's bounds."""
-        return scan_bounded(
-            {
-                "code": str(self.code),
-                "files": [str(f) for f in student_files(self.assignment, self.code)],
-                "adapters": self.assignment.adapters_module,
-                "adapters_path": str(self.code / (self.assignment.adapters_module.replace(".", "/") + ".py")),
-                "problems": {name: [p.adapter, list(p.forbidden)] for name, p in self.assignment.problems.items()},
-            }
-        )
+        if self._reading is None:
+            return self._scan()
+        thread, answer = self._reading
+        thread.join()
+        self._reading = None
+        if "error" in answer:
+            raise answer["error"]
+        return answer["found"]
+
+    def _scan(self) -> dict[str, tuple[list[Use], list[Construct]]]:
+        return scan_bounded(self._job())
+
+    def _job(self) -> dict:
+        return {
+            "code": str(self.code),
+            "files": [str(f) for f in student_files(self.assignment, self.code)],
+            "adapters": self.assignment.adapters_module,
+            "adapters_path": str(self.code / (self.assignment.adapters_module.replace(".", "/") + ".py")),
+            "problems": {name: [p.adapter, list(p.forbidden)] for name, p in self.assignment.problems.items()},
+        }
 
     @property
     def static(self) -> dict[str, list[Use]]:
@@ -175,26 +209,34 @@ def scan_bounded(job: dict, memory: int = SCAN_MEMORY, seconds: float = SCAN_SEC
     """scan.scan(job) in a fresh Python of its own (no torch, no threads of the grader's), its address space
     limited to `memory` and its time to `seconds`: whatever the student's code holds, the grading process
     parses none of it. Raises Unreadable when the code cannot be read within these bounds."""
+    return scan_result(*start_scan(job, memory), seconds)
+
+
+def start_scan(job: dict, memory: int = SCAN_MEMORY) -> tuple[subprocess.Popen, bytes]:
+    """The scan's process, started, and the job it is to read on its standard input."""
     start = (
         f"import sys; sys.path.insert(0, {str(HARNESS_ROOT)!r}); from cs_basics.harness.rule.scan import main; main()"
     )
+    pipes = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
+    process = subprocess.Popen([sys.executable, "-I", "-c", start], cwd="/", **pipes)
+    return process, json.dumps(job | {"memory": memory + STACK_BYTES}).encode()
+
+
+def scan_result(process: subprocess.Popen, job: bytes, seconds: float = SCAN_SECONDS) -> dict:
+    """What the scan's process found, once it ended (killed past `seconds`)."""
     try:
-        done = subprocess.run(
-            [sys.executable, "-I", "-c", start],
-            input=json.dumps(job | {"memory": memory + STACK_BYTES}).encode(),
-            capture_output=True,
-            timeout=seconds,
-            cwd="/",
-        )
+        stdout, stderr = process.communicate(job, timeout=seconds)
     except subprocess.TimeoutExpired:
+        process.kill()
+        process.communicate()
         raise Unreadable(f"reading it took the grader over {seconds:.0f} s") from None
-    if done.returncode < 0:  # killed (a stack overflow, say): the code made the grader's reader fail
-        raise Unreadable(f"the grader's reader of it was killed by signal {-done.returncode}")
-    if done.returncode >= WINDOWS_CRASH:  # the same on Windows: an exception code (0xC00000FD, a stack overflow)
-        raise Unreadable(f"the grader's reader of it crashed (exception 0x{done.returncode:X})")
-    if done.returncode != 0:
-        raise RuntimeError(f"the grader's scan failed:\n{done.stderr.decode(errors='replace')[-4000:]}")
-    result = pickle.loads(done.stdout)
+    if process.returncode < 0:  # killed (a stack overflow, say): the code made the grader's reader fail
+        raise Unreadable(f"the grader's reader of it was killed by signal {-process.returncode}")
+    if process.returncode >= WINDOWS_CRASH:  # the same on Windows: an exception code (0xC00000FD, a stack overflow)
+        raise Unreadable(f"the grader's reader of it crashed (exception 0x{process.returncode:X})")
+    if process.returncode != 0:
+        raise RuntimeError(f"the grader's scan failed:\n{stderr.decode(errors='replace')[-4000:]}")
+    result = pickle.loads(stdout)
     if "unreadable" in result:
         raise Unreadable(result["unreadable"])
     return result["found"]

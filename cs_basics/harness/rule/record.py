@@ -29,6 +29,7 @@ from __future__ import annotations
 import fnmatch
 import functools
 import os
+import re
 import sys
 import threading
 import traceback
@@ -212,8 +213,7 @@ class Watch:
             return
         forbidden = self._forbidden.get(func)
         if forbidden is None:
-            name = str(func.overloadpacket)
-            forbidden = self._forbidden[func] = any(fnmatch.fnmatchcase(name, p) for p in self.patterns)
+            forbidden = self._forbidden[func] = forbids(self.patterns, str(func.overloadpacket))
         if forbidden:
             self.saw_op(str(func.overloadpacket))
 
@@ -327,15 +327,34 @@ class ForbiddenOperator(RuntimeError):
     """Raised by the kernel that stands in for a forbidden operator."""
 
 
+@functools.cache
+def _matcher(patterns: tuple[str, ...]) -> Callable[[str], Any]:
+    """One compiled expression for all the patterns (fnmatchcase's meaning): one match per name, not one a pattern."""
+    return re.compile("|".join(fnmatch.translate(p) for p in patterns)).match if patterns else lambda name: None
+
+
+def forbids(patterns: Iterable[str], op: str) -> bool:
+    """Whether an operator's name ("aten._softmax") matches one of the patterns."""
+    return _matcher(tuple(patterns))(op) is not None
+
+
 def operator_overloads(patterns: Iterable[str]) -> list[str]:
     """torch's operators (every overload, "aten::_softmax.out") whose name ("aten._softmax") a pattern matches."""
-    patterns = tuple(patterns)
+    return list(_operator_overloads(tuple(patterns)))
+
+
+@functools.cache
+def _operator_overloads(patterns: tuple[str, ...]) -> tuple[str, ...]:
+    """Once per process for each set of patterns: torch's list (~3,600 operators) depends only on torch and
+    what the process registered before the first graded case, the patterns only on the course. An operator
+    registered later (the study kernel's, at its import) is still seen by the record, as in the grader's
+    child, which reads the list before the submission's import. A tuple: nothing can change what it holds."""
     found = []
     for name in torch._C._dispatch_get_all_op_names():
         namespace, _, rest = name.partition("::")
-        if any(fnmatch.fnmatchcase(f"{namespace}.{rest.split('.')[0]}", p) for p in patterns):
+        if forbids(patterns, f"{namespace}.{rest.split('.')[0]}"):
             found.append(name)
-    return sorted(found)
+    return tuple(sorted(found))
 
 
 def _unavailable(op: str) -> Callable:

@@ -1,0 +1,149 @@
+"""What one grading and a batch cost, and what they no longer pay for (issue 31)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from cs_basics.harness.grading import sandbox
+from cs_basics.harness.grading.grade import grade, stage
+from cs_basics.harness.grading.sandbox import Limits, Worker, named_libraries
+
+from .submissions import ROOT, run, scores, submission, wrap_attention
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="killing by uid needs a root grader")
+
+ZYGOTE = ROOT / "cs_basics" / "harness" / "grading" / "zygote.py"
+
+WARM_UP = """
+import importlib.util, sys
+spec = importlib.util.spec_from_file_location("zygote", sys.argv[1])
+zygote = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(zygote)
+zygote.warm_up()
+print(sorted(name for name in ("torch", "einops", "torch._dynamo", "einx") if name in sys.modules))
+"""
+
+
+def test_the_grading_server_starts_without_torch_dynamo_or_einx():
+    """einx's torch backend imports torch._dynamo, as long to import as torch: the server loads it only for a
+    submission that names einx (staff_tests/students/honest_einx is graded with it)."""
+    done = subprocess.run([sys.executable, "-I", "-c", WARM_UP, str(ZYGOTE)], capture_output=True, text=True)
+    assert done.stdout.strip() == "['einops', 'torch']", done.stdout + done.stderr
+
+
+def test_the_server_loads_einx_only_for_code_that_names_it(tmp_path):
+    uses = tmp_path / "uses.py"
+    uses.write_text("import einx\n")
+    plain = tmp_path / "plain.py"
+    plain.write_text("import torch\n")
+    assert named_libraries([plain, uses]) == ["einx"]
+    assert named_libraries([plain]) == []
+
+
+def test_the_child_runs_with_the_threads_the_limits_give(assignment, tmp_path):
+    """A batch gives each worker's child its share of the cores (two children of two threads on two cores
+    spin in OpenMP's barriers); the child sets it before the submission's code runs."""
+    said = wrap_attention('raise RuntimeError(f"threads={torch.get_num_threads()}")')
+    result = run(assignment, submission(tmp_path, said), threads=1)
+    outputs = [t.output for t in result.tests if t.case.problem == "scaled_dot_product_attention"]
+    assert outputs and all("threads=1" in output for output in outputs), outputs[:2]
+
+
+SERVER_FIRST = """
+import sys
+from cs_basics import cli
+from cs_basics.harness.grading import sandbox
+
+start = sandbox.Server.__init__
+torch_then = []
+
+
+def noted(self, *args, **kwargs):
+    torch_then.append("torch" in sys.modules)
+    start(self, *args, **kwargs)
+
+
+sandbox.Server.__init__ = noted
+status = cli.main(["grade", "--quiet", "--results", sys.argv[1]])
+print("status", status, "torch imported when the server started:", torch_then)
+"""
+
+
+def test_one_grading_starts_the_server_before_it_imports_torch(tmp_path):
+    """The grading server imports torch as the grader does: started first, the two imports run side by side."""
+    script = [sys.executable, "-c", SERVER_FIRST, str(tmp_path / "results.json")]
+    done = subprocess.run(script, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert "status 0 torch imported when the server started: [False]" in done.stdout, done.stdout + done.stderr[-3000:]
+
+
+@needs_root
+def test_killing_by_uid_never_forks_the_grader_where_setpriv_is_there(monkeypatch):
+    """setpriv takes the uid, so Python's child does not: subprocess may use vfork instead of copying the
+    grader (torch and all), five to ten times as long. The processes are killed all the same."""
+    if shutil.which("setpriv") is None:
+        pytest.skip("no setpriv here: kill_uid changes the uid in Python's child, as before")
+    uid = 64990
+    sleeper = subprocess.Popen(["sleep", "60"], user=uid, group=uid, extra_groups=[])
+    calls = []
+    run_it = subprocess.run
+
+    def noted(*args, **kwargs):
+        calls.append(kwargs)
+        return run_it(*args, **kwargs)
+
+    monkeypatch.setattr(subprocess, "run", noted)
+    try:
+        assert sandbox.kill_uid(uid)
+        assert sleeper.wait(timeout=10) == -9 and not sandbox.processes_of(uid)
+    finally:
+        sleeper.kill()
+    assert calls and not any("user" in kwargs for kwargs in calls)
+
+
+@needs_root
+def test_a_submission_ends_the_jobs_processes_once_after_each_phase(assignment, tmp_path, monkeypatch):
+    """After the public phase (before any hidden input exists) and after the hidden one (before outputs are
+    read); cleaning up, none is left and no job started since, so no third time."""
+    kills = []
+    kill = sandbox.kill_uid
+    monkeypatch.setattr(sandbox, "kill_uid", lambda uid: kills.append(time.monotonic()) or kill(uid))
+    with Worker(None, Limits()) as worker:
+        result = grade(assignment, submission(tmp_path), torch.device("cpu"), worker=worker)
+        assert sum(scores(result).values()) == pytest.approx(6)
+        assert len(kills) == 2
+
+
+COMPILED = """
+import builtins, sys
+compiled = []
+real = builtins.compile
+
+
+def noted(source, filename, *args, **kwargs):
+    compiled.append(str(filename))
+    return real(source, filename, *args, **kwargs)
+
+
+builtins.compile = noted
+sys.dont_write_bytecode = True
+sys.path.insert(0, sys.argv[1])
+import cs_basics.harness.rule.record, cs_basics.harness.cases, tests.cases, tests.adapters, hidden.cases
+print("compiled:", sorted(name.removeprefix(sys.argv[1] + "/") for name in compiled if name.startswith(sys.argv[1])))
+"""
+
+
+def test_the_child_imports_the_staged_harness_and_cases_without_compiling_them(assignment, tmp_path):
+    """They come with their bytecode (the grader's own files and the course's, compiled once per grading
+    process): only the submission's own files are compiled in the child, in each phase's."""
+    code = tmp_path / "code"
+    stage(assignment, submission(tmp_path), code)
+    done = subprocess.run([sys.executable, "-I", "-c", COMPILED, str(code)], capture_output=True, text=True)
+    submissions_own = ["cs_basics/__init__.py", "cs_basics/nn/__init__.py", "cs_basics/nn/functional.py"]
+    assert done.stdout.strip() == f"compiled: {submissions_own}", done.stdout + done.stderr[-2000:]
