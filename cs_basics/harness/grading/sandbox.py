@@ -512,8 +512,9 @@ class Worker:
                 os.chown(folder / sub, self.uid, self.uid)
 
     def start(self) -> Worker:
-        """Start the grading server now, without waiting for it (it imports torch while the grader goes on)."""
-        if self.server is None:
+        """Start the grading server now, without waiting for it (it imports torch while the grader goes on).
+        Where there is no fork server (Windows, macOS), each attempt starts its own Python instead: nothing to start."""
+        if self.server is None and not self.spawns:
             self.server = Server(self.sandbox, self.root, self.limits)
         return self
 
