@@ -22,7 +22,7 @@ from cs_basics.harness.config import Assignment
 from cs_basics.harness.device import DEVICE_ENV, choose_device, use_exact_float32
 from cs_basics.harness.fixtures import FixtureError
 from cs_basics.harness.rule import record
-from cs_basics.harness.rule.fromscratch import FromScratch, runtime_breach
+from cs_basics.harness.rule.fromscratch import FromScratch
 from cs_basics.harness.rule.scan import Unreadable
 
 
@@ -98,7 +98,7 @@ def run_graded(
     watch = rule.watch(case.problem)
 
     def fail_if_breached() -> None:
-        breach = runtime_breach(case.problem, case.id, watch.record)
+        breach = rule.runtime_breach(case.problem, case.id, watch.record)
         if breach:
             breaches[case.problem] = breach
             pytest.fail(breach, pytrace=False)

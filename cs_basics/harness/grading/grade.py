@@ -24,6 +24,7 @@ from cs_basics.harness.grading import intake
 from cs_basics.harness.grading.sandbox import CaseRun, Limits, StaffError, Worker, python_paths, run_cases
 from cs_basics.harness.rule.fromscratch import HELD, TOOLING, FromScratch, excluded_code, runtime_breach
 from cs_basics.harness.rule.fromscratch import student_files as student_files  # the handout's import
+from cs_basics.harness.rule.glue import GLUE
 from cs_basics.harness.rule.record import recording
 from cs_basics.harness.rule.scan import Unreadable
 
@@ -181,6 +182,7 @@ def job_settings(assignment: Assignment, folder: Path, device: torch.device, wor
             "student_code": [*assignment.student_code, assignment.adapters_module.replace(".", "/") + ".py"],
             "excluded": excluded_code(assignment),
             "record": recording(),
+            "glue": [*GLUE, *assignment.library_glue],
         },
     }
 
@@ -299,7 +301,8 @@ def grade(
     for case in cases:  # a problem breaks the rule when one of its own cases ran what it forbids
         run = runs.get(case.id)
         if not found.get(case.problem) and run is not None and run.record is not None:
-            found[case.problem] = runtime_breach(case.problem, case.id, run.record, run.error)
+            released = frozenset(worker.limits.released)
+            found[case.problem] = runtime_breach(case.problem, case.id, run.record, run.error, released)
             breached_in[case.problem] = case
     tests = []
     for case in cases:
