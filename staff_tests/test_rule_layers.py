@@ -368,17 +368,18 @@ def test_the_students_own_objects_by_run_time_names_and_thread_pools_are_ordinar
 
 
 BODY_LINE = "\n        "  # the next line of a function body in the snippets below
+RUN_TIME_NAME = "getattr with a name built at run time"
 
 
 @pytest.mark.parametrize(
     ("code", "what"),
     [
-        (["x = Options()", "x = torch", "getattr(x, name)"], "getattr with a name built at run time on x"),
-        (["def inner(self):", "    return getattr(self, name)", "inner(F)"], "getattr with a name built at run time on self"),
-        (["getattr(Options().__class__, name)"], "getattr with a name built at run time on Options().__class__"),
-        (["Options = torch", "getattr(Options, name)"], "getattr with a name built at run time on Options"),
+        (["x = Options()", "x = torch", "getattr(x, name)"], f"{RUN_TIME_NAME} on x"),
+        (["def inner(self):", "    return getattr(self, name)", "inner(F)"], f"{RUN_TIME_NAME} on self"),
+        (["getattr(Options().__class__, name)"], f"{RUN_TIME_NAME} on Options().__class__"),
+        (["Options = torch", "getattr(Options, name)"], f"{RUN_TIME_NAME} on Options"),
     ],
-    ids=["rebound_to_a_module", "self_of_a_plain_function", "an_attribute_of_an_instance", "a_local_shadowing_the_class"],
+    ids=["rebound_to_a_module", "self_of_a_plain_function", "an_attribute_of_an_instance", "a_shadowing_local"],
 )
 def test_a_name_that_is_not_plainly_the_students_own_object_still_holds(tmp_path, assignment, code, what):
     functional = f"""
