@@ -669,3 +669,35 @@ def test_a_softmax_a_distribution_computed_is_held_naming_the_function_and_the_l
     assert HELD in in_pytest[SOFTMAX] and named in in_pytest[SOFTMAX], in_pytest
     released, first = graded(assignment, tmp_path, functional, sandbox, released=[SOFTMAX])
     assert released[SOFTMAX] > 0.5 and HELD not in first.get(SOFTMAX, ""), first
+
+
+def test_the_correct_implementations_run_no_library_arithmetic(assignment):
+    """The other calibration set: staff_tests/implementations.py's correct variants and the reference, every case
+    (hidden ones included), the backward pass too, under the record with their files as the student's."""
+    from cs_basics.harness.cases import run_call
+
+    from .implementations import CORRECT
+
+    students = {"staff_tests/implementations.py", "cs_basics/nn/functional.py"}
+    frames = StudentFrames(ROOT, lambda relative: relative.as_posix() in students)
+    computed = {}
+    for name, adapters in CORRECT.items():
+        for case in assignment.cases:
+            inputs, _ = assignment.store_for(case).load(case.id)
+            with Watch([], frames) as watch:
+                run_call(case, adapters, inputs, torch.device("cpu"))
+            if watch.record.library:
+                computed[f"{name} {case.id}"] = watch.record.library
+    assert not computed, computed
+
+
+def test_code_a_library_generated_is_the_librarys_and_held_when_called_straight():
+    """A torch.fx graph traced outside any case: called as a module, torch.fx's call is named; its generated
+    `forward` called straight from the student's line is held as code generated at run time."""
+    make_fx = importlib.import_module("torch.fx.experimental.proxy_tensor").make_fx
+    x = torch.randn(3, 5)
+    graph = make_fx(lambda t: t - t.logsumexp(-1, keepdim=True))(x)  # log-softmax, as aten calls
+    for call, named in ((graph, "torch.fx.graph_module._WrappedCall.__call__"), (graph.forward, "code generated")):
+        with Watch([], THIS_FILE) as watch:
+            call(x).exp()
+        assert [c.function[: len(named)] for c in watch.record.library] == [named], watch.record
