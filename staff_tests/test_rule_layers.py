@@ -701,3 +701,24 @@ def test_code_a_library_generated_is_the_librarys_and_held_when_called_straight(
         with Watch([], THIS_FILE) as watch:
             call(x).exp()
         assert [c.function[: len(named)] for c in watch.record.library] == [named], watch.record
+
+
+WRAPPED = ("construct_graph_with_cache", "einx")  # einx's API wrapper: the local that names its operation
+
+
+def test_an_einx_operation_the_harness_cannot_name_is_no_glue():
+    """einx's API wrapper is named by the operation it runs; a later einx that hides it fails closed."""
+    from functools import partial
+
+    from cs_basics.harness.rule.library import wrapped_name
+
+    def wrapper_frame(construct_graph_with_cache):
+        return sys._getframe()
+
+    library = LibraryCalls(THIS_FILE)
+    dot = wrapped_name(wrapper_frame(partial(print, func=importlib.import_module("einx").dot)), *WRAPPED)
+    softmax = wrapped_name(wrapper_frame(partial(print, func=importlib.import_module("einx").softmax)), *WRAPPED)
+    hidden = wrapped_name(wrapper_frame(object()), *WRAPPED)
+    assert (dot, softmax) == ("einx.dot", "einx.softmax")
+    assert [library.is_glue(name) for name in (dot, softmax, hidden)] == [True, False, False], hidden
+

@@ -196,7 +196,8 @@ def run_group(job: dict, report: Reporter, isolated: bool, forbidden_ops: list[s
     code = Path(job["dir"]) / "code"
     removed = record.remove_operators(forbidden_ops)  # noqa: F841 (kept alive: collected, the operators come back)
     frames = record.StudentFrames(code, record.student_predicate(rule["student_code"], rule["excluded"]))
-    library = record.LibraryCalls(frames, rule["glue"])  # the library functions that may run operators for it
+    # the library functions that may run operators for the student's code; this file is the grader's
+    library = record.LibraryCalls(frames, rule["glue"], harness=[Path(__file__).parent])
     try:
         adapters = importlib.import_module(job["adapters"])
         check_origin(job["student_packages"], code)

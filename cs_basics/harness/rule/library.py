@@ -50,12 +50,13 @@ class LibraryCalls:
     """Find, for the frame that ran an operator, the library function between it and the student's code
     that is no glue (the innermost such), else None."""
 
-    def __init__(self, frames: Frames, glue: Iterable[str] = GLUE):
+    def __init__(self, frames: Frames, glue: Iterable[str] = GLUE, harness: Iterable[Path] = ()):
+        """`harness`: more folders of the grader's own code (the grading server's, loaded by path)."""
         patterns = tuple(glue)
         self.frames = frames
         self.denied = tuple(p[1:] for p in patterns if p.startswith("!"))
         self.allowed = tuple(p for p in patterns if not p.startswith("!"))
-        self.roots = (Path(frames.root).resolve(), HARNESS_PACKAGE.parent)
+        self.roots = (Path(frames.root).resolve(), HARNESS_PACKAGE.parent, *[Path(h).resolve() for h in harness])
         self.paths = sorted({Path(p).resolve() for p in sys.path if p}, key=lambda p: len(p.parts), reverse=True)
         self._codes: dict[CodeType, tuple[int, str]] = {}
         self._files: dict[str, tuple[int, str]] = {}
