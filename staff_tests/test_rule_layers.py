@@ -721,4 +721,3 @@ def test_an_einx_operation_the_harness_cannot_name_is_no_glue():
     hidden = wrapped_name(wrapper_frame(object()), *WRAPPED)
     assert (dot, softmax) == ("einx.dot", "einx.softmax")
     assert [library.is_glue(name) for name in (dot, softmax, hidden)] == [True, False, False], hidden
-
