@@ -237,7 +237,8 @@ class Watch:
             forbidden = self._forbidden[func] = any(fnmatch.fnmatchcase(name, p) for p in self.patterns)
         if forbidden:
             self.saw_op(str(func.overloadpacket))
-        self.saw_frame(sys._getframe(2))  # the frame that ran the operator (under saw and __torch_dispatch__)
+        # the frame that ran the operator, under __torch_dispatch__ (none in a thread of torch's own: autograd's)
+        self.saw_frame(sys._getframe(1).f_back)
 
     def saw_frame(self, frame: Any) -> None:
         """An operator ran in `frame`: library code that is no glue there computed on the student's behalf."""
