@@ -1,8 +1,8 @@
-"""typing helpers: TYPE_CHECKING, cast, overload, Protocol, NamedTuple, Final, TypeVar."""
+"""typing helpers: TYPE_CHECKING, cast, overload, a runtime_checkable Protocol, NamedTuple, Final, TypeVar."""
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Final, NamedTuple, Optional, Protocol, TypeVar, cast, overload
+from typing import TYPE_CHECKING, Final, NamedTuple, Optional, Protocol, TypeVar, cast, overload, runtime_checkable
 
 import torch
 
@@ -13,6 +13,7 @@ T = TypeVar("T", bound=torch.Tensor)
 LAST: Final = -1
 
 
+@runtime_checkable
 class Normalizer(Protocol):
     def __call__(self, x: torch.Tensor, dim: int) -> torch.Tensor: ...
 
