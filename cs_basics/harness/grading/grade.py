@@ -35,6 +35,10 @@ HIDDEN_BREACH = (  # a public case's entry, when a hidden case broke the rule: t
     "0 points for {problem}: it must be written from scratch, but a hidden case ran what the rule forbids; "
     "that case's entry says which operator and where, once its results are shown"
 )
+HIDDEN_HOLD = (  # ... when library code computed part of a hidden case's answer (rule/library.py)
+    f"0 points for {{problem}} for now, {HELD}: a hidden case ran library code that computed part of its answer; "
+    "that case's entry says which function and where, once its results are shown"
+)
 
 
 class GradingError(Exception):
@@ -310,7 +314,7 @@ def grade(
         if breach:
             where = breached_in.get(case.problem)
             if where is not None and where.hidden and not case.hidden:
-                breach = HIDDEN_BREACH.format(problem=case.problem)
+                breach = (HIDDEN_HOLD if HELD in breach else HIDDEN_BREACH).format(problem=case.problem)
             tests.append(TestResult(case, assignment.points[case.id], False, breach))
             continue
         run = runs[case.id]
