@@ -58,7 +58,9 @@ class LibraryCalls:
         self.allowed = tuple(p for p in patterns if not p.startswith("!"))
         self.roots = (Path(frames.root).resolve(), HARNESS_PACKAGE.parent, *[Path(h).resolve() for h in harness])
         self.paths = sorted({Path(p).resolve() for p in sys.path if p}, key=lambda p: len(p.parts), reverse=True)
-        self._codes: dict[CodeType, tuple[int, str]] = {}
+        # by id (a code object's hash reads all of it): each entry keeps its code object, so no id is reused
+        self._codes: dict[int, tuple[CodeType, int, str]] = {}
+        self._ours: dict[int, CodeType] = {}  # the student's and the harness's code objects
         self._files: dict[str, tuple[int, str]] = {}
         self._glue: dict[str, bool] = {}
 
@@ -66,6 +68,11 @@ class LibraryCalls:
         """Of the library functions between `frame` (which ran an operator) and the student's code, the
         outermost that is no glue (what the student's code called, or the nearest to it; a decorator's inner
         function names the function it decorates), with the student's frame that called it; else None."""
+        if frame is None:
+            return None
+        code = frame.f_code
+        if self._ours.get(id(code)) is code:  # most operators: run by the student's line
+            return None
         culprit = generated = None
         while frame is not None:
             kind, name = self.kind(frame)
@@ -92,7 +99,8 @@ class LibraryCalls:
 
     def kind(self, frame: FrameType) -> tuple[int, str]:
         code = frame.f_code
-        known = self._codes.get(code)
+        cached = self._codes.get(id(code))
+        known = cached[1:] if cached is not None and cached[0] is code else None
         if known is None:
             filename = code.co_filename
             if filename.startswith("<") and not filename.startswith("<frozen"):
@@ -103,7 +111,10 @@ class LibraryCalls:
                     return kind, f"{module}.{code.co_qualname}"
                 return GENERATED, f"{GENERATED_NAME} ({filename})"
             kind, module = self.file_kind(filename)
-            known = self._codes[code] = (kind, f"{module}.{code.co_qualname}")
+            known = (kind, f"{module}.{code.co_qualname}")
+            self._codes[id(code)] = (code, *known)
+            if kind in (STUDENT, HARNESS):
+                self._ours[id(code)] = code
         if known[1] in WRAPPERS:
             return LIBRARY, wrapped_name(frame, *WRAPPERS[known[1]])
         return known
