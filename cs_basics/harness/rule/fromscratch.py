@@ -116,8 +116,7 @@ def hold_message(problem: str, found: list[Construct]) -> str | None:
         f"0 points for {problem} for now, {HELD}: it must be written from scratch, and the code it runs uses "
         f"{listed}. Graded code may not reach into the interpreter (module registries, frames, the garbage "
         "collector, dunder attributes, names built at run time on objects not its own): those are how code forges "
-        "what the grader "
-        "is told. The staff will read the code and may release the problem"
+        "what the grader is told. The staff will read the code and may release the problem"
     )
 
 
