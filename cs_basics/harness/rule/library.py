@@ -32,7 +32,7 @@ from typing import Protocol
 
 from cs_basics.harness.rule.glue import GLUE, WRAPPERS
 
-STUDENT, HARNESS, LIBRARY, GENERATED, PASS = range(5)
+STUDENT, HARNESS, LIBRARY, WRAPPER, GENERATED, PASS = range(6)  # WRAPPER: library code named by what it runs
 PACKAGE_DIRS = ("site-packages", "dist-packages")
 HARNESS_PACKAGE = Path(__file__).resolve().parents[2]  # this harness's `cs_basics` (tooling, study, reference)
 RULE_DIR = Path(__file__).resolve().parent
@@ -59,7 +59,7 @@ class LibraryCalls:
         self.roots = (Path(frames.root).resolve(), HARNESS_PACKAGE.parent, *[Path(h).resolve() for h in harness])
         self.paths = sorted({Path(p).resolve() for p in sys.path if p}, key=lambda p: len(p.parts), reverse=True)
         # by id (a code object's hash reads all of it): each entry keeps its code object, so no id is reused
-        self._codes: dict[int, tuple[CodeType, int, str]] = {}
+        self._codes: dict[int, tuple[CodeType, int, str, bool]] = {}
         self._ours: dict[int, CodeType] = {}  # the student's and the harness's code objects
         self._files: dict[str, tuple[int, str]] = {}
         self._glue: dict[str, bool] = {}
@@ -73,19 +73,25 @@ class LibraryCalls:
         code = frame.f_code
         if self._ours.get(id(code)) is code:  # most operators: run by the student's line
             return None
-        culprit = generated = None
+        codes, culprit, generated = self._codes, None, None
         while frame is not None:
-            kind, name = self.kind(frame)
+            code = frame.f_code
+            entry = codes.get(id(code))
+            if entry is None or entry[0] is not code:
+                entry = self._entry(frame)
+            kind = entry[1]
             if kind == STUDENT:
                 break
             if kind == HARNESS:
                 return None
-            if kind == LIBRARY:
+            if kind in (LIBRARY, WRAPPER):
                 generated = None  # the generated code inside it was this library's
-                if not self.is_glue(name) and (culprit is None or "<locals>" not in name):
+                name = entry[2] if kind == LIBRARY else wrapped_name(frame, *WRAPPERS[entry[2]])
+                glue = entry[3] if kind == LIBRARY else self.is_glue(name)
+                if not glue and (culprit is None or "<locals>" not in name):
                     culprit = name
             elif kind == GENERATED:
-                generated = name
+                generated = entry[2]
             frame = frame.f_back
         function = generated or culprit
         return None if function is None else (function, frame)
@@ -97,27 +103,25 @@ class LibraryCalls:
             known = self._glue[name] = not denied and any(fnmatch.fnmatchcase(name, p) for p in self.allowed)
         return known
 
-    def kind(self, frame: FrameType) -> tuple[int, str]:
+    def _entry(self, frame: FrameType) -> tuple[CodeType, int, str, bool]:
+        """(the code, its kind, its name, whether it is glue), cached by the code's id but for generated code."""
         code = frame.f_code
-        cached = self._codes.get(id(code))
-        known = cached[1:] if cached is not None and cached[0] is code else None
-        if known is None:
-            filename = code.co_filename
-            if filename.startswith("<") and not filename.startswith("<frozen"):
-                # generated: the namespace it runs in names its file, when it has one (dataclasses' methods)
-                owner = frame.f_globals.get("__file__")
-                if isinstance(owner, str) and owner:
-                    kind, module = self.file_kind(owner)
-                    return kind, f"{module}.{code.co_qualname}"
-                return GENERATED, f"{GENERATED_NAME} ({filename})"
-            kind, module = self.file_kind(filename)
-            known = (kind, f"{module}.{code.co_qualname}")
-            self._codes[id(code)] = (code, *known)
-            if kind in (STUDENT, HARNESS):
-                self._ours[id(code)] = code
-        if known[1] in WRAPPERS:
-            return LIBRARY, wrapped_name(frame, *WRAPPERS[known[1]])
-        return known
+        filename = code.co_filename
+        if filename.startswith("<") and not filename.startswith("<frozen"):
+            # generated: the namespace it runs in names its file, when it has one (dataclasses' methods)
+            owner = frame.f_globals.get("__file__")
+            if isinstance(owner, str) and owner:
+                kind, module = self.file_kind(owner)
+                name = f"{module}.{code.co_qualname}"
+                return code, kind, name, kind == LIBRARY and self.is_glue(name)
+            return code, GENERATED, f"{GENERATED_NAME} ({filename})", False
+        kind, module = self.file_kind(filename)
+        name = f"{module}.{code.co_qualname}"
+        kind = WRAPPER if kind == LIBRARY and name in WRAPPERS else kind
+        entry = self._codes[id(code)] = (code, kind, name, kind == LIBRARY and self.is_glue(name))
+        if kind in (STUDENT, HARNESS):
+            self._ours[id(code)] = code
+        return entry
 
     def file_kind(self, filename: str) -> tuple[int, str]:
         known = self._files.get(filename)
