@@ -9,6 +9,8 @@ Honest code, in the styles students write, is held by none of it.
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
 import os
 import shutil
 import subprocess
@@ -21,6 +23,9 @@ import pytest
 import torch
 
 from cs_basics.harness.rule.fromscratch import HELD, FromScratch
+from cs_basics.harness.rule.glue import GLUE
+from cs_basics.harness.rule.library import LibraryCalls
+from cs_basics.harness.rule.record import StudentFrames, Watch
 from cs_basics.harness.rule.scan import Module, Program, constructs
 
 from .submissions import ROOT, run, scores
@@ -260,8 +265,16 @@ def held_in(tmp_path, assignment, functional: str, **modules: str) -> dict[str, 
         ("gc.get_objects()", "gc.get_objects"),
         ("inspect.currentframe()", "inspect.currentframe"),
         ("ctypes.CDLL(None)", "ctypes.CDLL"),
-        ("getattr(torch, name)", "getattr with a name built at run time"),
-        ("setattr(torch, name, None)", "setattr with a name built at run time"),
+        ("getattr(torch, name)", "getattr with a name built at run time on torch"),
+        ("setattr(torch, name, None)", "setattr with a name built at run time on torch"),
+        ("getattr(x, name)", "getattr with a name built at run time on x"),
+        ("getattr(softmax, '__glob' 'als__')", ".__globals__ (by getattr)"),
+        ("object.__setattr__(x, 'dim', 0)", ".__setattr__"),
+        ("vars(x)", "vars()"),
+        ("x.__module__ = 'torch'", ".__module__"),
+        ("operator.attrgetter(name)(F)", "operator.attrgetter"),
+        ("concurrent.futures.ProcessPoolExecutor(1)", "concurrent.futures.ProcessPoolExecutor"),
+        ("multiprocessing.Pool(1)", "multiprocessing.Pool"),
         ("__import__(name)", "__import__()"),
         ("importlib.import_module(name)", "importlib.import_module"),
         ("eval(name)", "eval()"),
@@ -275,9 +288,12 @@ def held_in(tmp_path, assignment, functional: str, **modules: str) -> dict[str, 
 )
 def test_each_construct_that_reaches_into_the_interpreter_is_held_with_its_line(tmp_path, assignment, code, what):
     functional = f"""
+    import concurrent.futures
     import ctypes
     import gc
     import inspect
+    import multiprocessing
+    import operator
     import sys
 
 
@@ -287,6 +303,95 @@ def test_each_construct_that_reaches_into_the_interpreter_is_held_with_its_line(
     """
     found = held_in(tmp_path, assignment, textwrap.dedent(functional))
     assert what in found[SOFTMAX] and not found[ATTENTION], found
+
+
+OWN_OBJECTS = """
+import concurrent.futures
+import dataclasses
+import functools
+import multiprocessing.dummy
+import operator
+from multiprocessing.pool import ThreadPool
+
+_POOL = concurrent.futures.ThreadPoolExecutor(max_workers=2)
+_THREADS = (multiprocessing.dummy.Pool, ThreadPool, multiprocessing.cpu_count)
+
+
+class Options:
+    def __init__(self, **kwargs):
+        for key, value in kwargs.items():
+            setattr(self, key, value)
+        self.__dict__.update(kwargs)
+
+    def get(self, name):
+        return getattr(self, name), vars(self), hasattr(self, name)
+
+    def drop(self, name):
+        delattr(self, name)
+
+    @classmethod
+    def default(cls, name):
+        return getattr(cls, name), getattr(Options, name)
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        super().__setattr__("registered", True)
+
+    def __repr__(self):
+        return f"{type(self).__name__} from {type(self).__module__} ({self.__class__.__module__})"
+
+
+@dataclasses.dataclass(frozen=True)
+class Frozen:
+    d: int
+
+    def __post_init__(self):
+        object.__setattr__(self, "scale", self.d**-0.5)
+        for f in dataclasses.fields(self):
+            getattr(self, f.name)
+
+
+def softmax(x, dim, name="dim", opts: Options = None):
+    made = Options(dim=dim)
+    getattr(made, name), getattr(opts, name), getattr(type(made), name)
+    helpers = {"x": [getattr(made, key) for key in vars(made)]}
+    functools.reduce(operator.mul, x.shape, 1), operator.getitem(helpers, "x")
+    _POOL.submit(lambda: x).result()
+    return x
+"""
+
+
+def test_the_students_own_objects_by_run_time_names_and_thread_pools_are_ordinary_python(tmp_path, assignment):
+    """What the issue found held (a thread pool made at import, setattr(self, key, value) over **kwargs) and the
+    other idioms on the student's own objects: none reaches an object the student's code did not make."""
+    assert held_in(tmp_path, assignment, textwrap.dedent(OWN_OBJECTS)) == {SOFTMAX: [], ATTENTION: []}
+
+
+BODY_LINE = "\n        "  # the next line of a function body in the snippets below
+RUN_TIME_NAME = "getattr with a name built at run time"
+
+
+@pytest.mark.parametrize(
+    ("code", "what"),
+    [
+        (["x = Options()", "x = torch", "getattr(x, name)"], f"{RUN_TIME_NAME} on x"),
+        (["def inner(self):", "    return getattr(self, name)", "inner(F)"], f"{RUN_TIME_NAME} on self"),
+        (["getattr(Options().__class__, name)"], f"{RUN_TIME_NAME} on Options().__class__"),
+        (["Options = torch", "getattr(Options, name)"], f"{RUN_TIME_NAME} on Options"),
+    ],
+    ids=["rebound_to_a_module", "self_of_a_plain_function", "an_attribute_of_an_instance", "a_shadowing_local"],
+)
+def test_a_name_that_is_not_plainly_the_students_own_object_still_holds(tmp_path, assignment, code, what):
+    functional = f"""
+    class Options:
+        pass
+
+
+    def softmax(x, dim, name="dim"):
+        {BODY_LINE.join(code)}
+        return x
+    """
+    assert what in held_in(tmp_path, assignment, textwrap.dedent(functional))[SOFTMAX]
 
 
 def test_code_that_runs_at_import_is_scanned_wherever_it_is(tmp_path, assignment):
@@ -385,3 +490,234 @@ def test_the_operators_come_back_whole_after_a_graded_case(assignment):
         out = torch.softmax(x, -1)
     assert [s.op for s in plain.record.sightings] == ["aten._softmax"]
     assert torch.allclose(out.sum(-1), torch.ones(3))
+
+
+# ---------------------------------------------------------------- library code that computes on the student's behalf
+
+# this file's lines stand for the student's: what they call is library code called by graded code
+THIS_FILE = StudentFrames(ROOT, lambda relative: relative.as_posix() == "staff_tests/test_rule_layers.py")
+
+
+def _flex_attention_math_path(q):
+    flex = importlib.import_module("torch.nn.attention.flex_attention")
+    higher_order = importlib.import_module("torch._higher_order_ops.flex_attention")
+    block_mask = flex._create_empty_block_mask(q, q).as_tuple()
+    return higher_order.math_attention(q, q, q, lambda s, b, h, m, n: s, block_mask, q.shape[-1] ** -0.5, {})[0]
+
+
+def _private(module: str, name: str):
+    return getattr(importlib.import_module(module), name)
+
+
+def _softmax(x):
+    return torch.exp(x - torch.logsumexp(x, -1, keepdim=True))
+
+
+def _attention(q):
+    scores = q @ q.transpose(-2, -1) * q.shape[-1] ** -0.5
+    return _softmax(scores) @ q
+
+
+# each computes softmax or attention from primitives inside a library: no forbidden operator runs, and the
+# watch below forbids none; (the call, what it computes, the function the hold names)
+LIBRARY_SOFTMAX = {
+    "torch._decomp softmax": (
+        lambda x: _private("torch._decomp.decompositions", "_softmax")(x, -1, False),
+        _softmax,
+        "torch._decomp.decompositions._softmax",
+    ),
+    "torch._decomp log_softmax": (
+        lambda x: _private("torch._decomp.decompositions", "_log_softmax")(x, -1, False).exp(),
+        _softmax,
+        "torch._decomp.decompositions._log_softmax",
+    ),
+    "torch._refs softmax": (lambda x: _private("torch._refs", "softmax")(x, -1), _softmax, "torch._refs.softmax"),
+    "torch._refs.nn.functional softmax": (
+        lambda x: _private("torch._refs.nn.functional", "softmax")(x, -1),
+        _softmax,
+        "torch._refs.nn.functional.softmax",
+    ),
+    "flex attention's math path": (
+        _flex_attention_math_path,
+        _attention,
+        "torch._higher_order_ops.flex_attention.math_attention",
+    ),
+    "a distribution's logits": (
+        lambda x: torch.distributions.Categorical(logits=x).logits.exp(),
+        _softmax,
+        "torch.distributions.categorical.Categorical.__init__",
+    ),
+    "the gradient of logsumexp": (
+        lambda x: torch.autograd.grad(torch.logsumexp(x, -1).sum(), x)[0],
+        _softmax,
+        "torch.autograd.grad",
+    ),
+    "einx's multi-axis softmax": (
+        lambda x: importlib.import_module("einx").softmax("... [k]", x),
+        _softmax,
+        "einx.softmax",
+    ),
+}
+
+
+@pytest.mark.parametrize("route", LIBRARY_SOFTMAX)
+def test_library_code_that_computes_softmax_from_primitives_is_held_whatever_its_names(route):
+    """The record alone, with no forbidden operator and no name read: the function that computed is named,
+    with the line that called it."""
+    call, computes, function = LIBRARY_SOFTMAX[route]
+    x = torch.randn(1, 2, 5, 8, requires_grad=True)
+    with Watch([], THIS_FILE) as watch:
+        out = call(x)  # the library's softmax
+    torch.testing.assert_close(out, computes(x))
+    assert function in [c.function for c in watch.record.library], watch.record
+    line = next(n for n, text in enumerate(Path(__file__).read_text().splitlines(), 1) if "# the library's" in text)
+    called = next(c for c in watch.record.library if c.function == function)
+    assert called.where.startswith("staff_tests/test_rule_layers.py:"), called  # the lambda's line, then this one
+    assert f"staff_tests/test_rule_layers.py:{line} in test_library_code" in called.where, called
+
+
+class _Double(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 2
+
+
+@dataclasses.dataclass
+class _Pair:
+    a: torch.Tensor
+
+
+@torch.no_grad()
+def _no_grad_mask(x):
+    return x > 0
+
+
+def _in_a_thread_pool(x):
+    import concurrent.futures
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(torch.exp, x).result()
+
+
+# glue: library code that runs operators without computing anything on the student's behalf
+GLUE_CALLS = {
+    "Tensor's Python operators": lambda x: (1 - x) ** 2 / 2 + x.__rpow__(2),
+    "iteration, split, broadcast_tensors": lambda x: [*x, *torch.split(x, 1), *torch.broadcast_tensors(x, x[0])],
+    "einsum": lambda x: torch.einsum("b...qd,b...kd->b...qk", x, x),
+    "F.pad, normalize, linear, dropout": lambda x: torch.nn.functional.dropout(
+        torch.nn.functional.normalize(torch.nn.functional.pad(x, (1, 1))), 0.0
+    ),
+    "nn.Linear, Module.to, nn.Dropout": lambda x: torch.nn.Dropout(0.0)(torch.nn.Linear(8, 3).to(x.dtype)(x)),
+    "a no_grad decorator": _no_grad_mask,
+    "einops": lambda x: importlib.import_module("einops").reduce(x, "b h q d -> b q", "max"),
+    "einx's dot and reductions": lambda x: importlib.import_module("einx").max(
+        "... [k]", importlib.import_module("einx").dot("... q d, ... k d -> ... q k", x, x)
+    ),
+    "autograd.Function.apply": lambda x: _Double.apply(x),
+    "printing": lambda x: repr(x) + f"{x.sum():.3f}",
+    "a dataclass's __eq__": lambda x: _Pair(x) == _Pair(x),
+    "a thread pool": _in_a_thread_pool,
+}
+
+
+@pytest.mark.parametrize("call", GLUE_CALLS)
+def test_glue_runs_operators_without_holding_anything(call):
+    x = torch.randn(2, 1, 4, 8)
+    with Watch([], THIS_FILE) as watch:
+        GLUE_CALLS[call](x)
+    assert not watch.record.library, watch.record
+
+
+def test_a_course_adds_its_own_glue(assignment):
+    """`library_glue` in [tool.cs-basics] adds to the harness's list; what is not on either still holds."""
+    course = dataclasses.replace(assignment, table=assignment.table | {"library_glue": ["torch.distributions.*"]})
+    assert FromScratch(course, ROOT).library.is_glue("torch.distributions.categorical.Categorical.__init__")
+    assert not FromScratch(assignment, ROOT).library.is_glue("torch.distributions.categorical.Categorical.__init__")
+    x = torch.randn(3, 5)
+    with Watch([], THIS_FILE, library=LibraryCalls(THIS_FILE, (*GLUE, *course.library_glue))) as watch:
+        torch.distributions.Categorical(logits=x)
+        _private("torch._refs", "softmax")(x, -1)
+    assert [c.function for c in watch.record.library] == ["torch._refs.softmax"], watch.record
+
+
+CATEGORICAL_SOFTMAX = """
+def softmax(in_features, dim):
+    logits = torch.distributions.Categorical(logits=in_features.movedim(dim, -1)).logits
+    return logits.exp().movedim(-1, dim)
+"""
+
+
+@pytest.mark.parametrize("sandbox", SANDBOXES)
+def test_a_softmax_a_distribution_computed_is_held_naming_the_function_and_the_line(assignment, tmp_path, sandbox):
+    """`logits - logsumexp` computed inside torch, exponentiated: a softmax that torch computed, which passed as
+    from scratch before (it lost only the 1e4 cases, by rounding). Held in the grader and in pytest alike;
+    released, it is graded as any other."""
+    functional = source(CATEGORICAL_SOFTMAX, attention_with(INLINE_WEIGHTS))
+    line = functional.splitlines().index(CATEGORICAL_SOFTMAX.splitlines()[2]) + 1
+    named = (
+        "computed by torch.distributions.categorical.Categorical.__init__, "
+        f"called from cs_basics/nn/functional.py:{line} in softmax"
+    )
+    got, first = graded(assignment, tmp_path, functional, sandbox)
+    assert got == pytest.approx({SOFTMAX: 0.0, ATTENTION: 5.0}), first
+    assert HELD in first[SOFTMAX] and named in first[SOFTMAX], first[SOFTMAX]
+    in_pytest = pytest_messages(assignment, student(tmp_path, functional, name="pytest"))
+    assert HELD in in_pytest[SOFTMAX] and named in in_pytest[SOFTMAX], in_pytest
+    released, first = graded(assignment, tmp_path, functional, sandbox, released=[SOFTMAX])
+    assert released[SOFTMAX] > 0.5 and HELD not in first.get(SOFTMAX, ""), first
+
+
+def test_the_correct_implementations_run_no_library_arithmetic(assignment):
+    """The other calibration set: staff_tests/implementations.py's correct variants and the reference, every case
+    (hidden ones included), the backward pass too, under the record with their files as the student's."""
+    from cs_basics.harness.cases import run_call
+
+    from .implementations import CORRECT
+
+    students = {"staff_tests/implementations.py", "cs_basics/nn/functional.py"}
+    frames = StudentFrames(ROOT, lambda relative: relative.as_posix() in students)
+    computed = {}
+    for name, adapters in CORRECT.items():
+        for case in assignment.cases:
+            inputs, _ = assignment.store_for(case).load(case.id)
+            with Watch([], frames) as watch:
+                run_call(case, adapters, inputs, torch.device("cpu"))
+            if watch.record.library:
+                computed[f"{name} {case.id}"] = watch.record.library
+    assert not computed, computed
+
+
+def test_code_a_library_generated_is_the_librarys_and_held_when_called_straight():
+    """A torch.fx graph traced outside any case: called as a module, torch.fx's call is named; its generated
+    `forward` called straight from the student's line is held as code generated at run time."""
+    make_fx = importlib.import_module("torch.fx.experimental.proxy_tensor").make_fx
+    x = torch.randn(3, 5)
+    graph = make_fx(lambda t: t - t.logsumexp(-1, keepdim=True))(x)  # log-softmax, as aten calls
+    for call, named in ((graph, "torch.fx.graph_module._WrappedCall.__call__"), (graph.forward, "code generated")):
+        with Watch([], THIS_FILE) as watch:
+            call(x).exp()
+        assert [c.function[: len(named)] for c in watch.record.library] == [named], watch.record
+
+
+WRAPPED = ("construct_graph_with_cache", "einx")  # einx's API wrapper: the local that names its operation
+
+
+def test_an_einx_operation_the_harness_cannot_name_is_no_glue():
+    """einx's API wrapper is named by the operation it runs; a later einx that hides it fails closed."""
+    from functools import partial
+
+    from cs_basics.harness.rule.library import wrapped_name
+
+    def wrapper_frame(construct_graph_with_cache):
+        return sys._getframe()
+
+    library = LibraryCalls(THIS_FILE)
+    dot = wrapped_name(wrapper_frame(partial(print, func=importlib.import_module("einx").dot)), *WRAPPED)
+    softmax = wrapped_name(wrapper_frame(partial(print, func=importlib.import_module("einx").softmax)), *WRAPPED)
+    hidden = wrapped_name(wrapper_frame(object()), *WRAPPED)
+    assert (dot, softmax) == ("einx.dot", "einx.softmax")
+    assert [library.is_glue(name) for name in (dot, softmax, hidden)] == [True, False, False], hidden

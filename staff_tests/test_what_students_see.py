@@ -21,6 +21,7 @@ from cs_basics.harness.grading.grade import grade
 from cs_basics.harness.grading.limits import Limits
 from cs_basics.harness.grading.results import printable, results_json
 from cs_basics.harness.grading.sandbox import Worker
+from cs_basics.harness.rule.fromscratch import HELD
 
 from .submissions import ROOT, submission
 from .test_sandbox import SANDBOXES
@@ -170,6 +171,30 @@ def test_a_hidden_case_that_breaks_the_rule_names_itself_only_in_its_own_entry(a
     visible = student_visible(data)
     named = "torch's softmax"  # the operator's description, in the message of the case that ran it
     assert named not in visible and not any(i in visible for i in hidden_ids)
+    assert any(named in t["output"] for t in softmax if t["visibility"] != "visible")
+
+
+def test_library_arithmetic_in_a_hidden_case_holds_the_problem_naming_it_only_in_its_own_entry(
+    assignment, worker, tmp_path
+):
+    code = """
+    _reference_softmax = softmax
+
+
+    def softmax(in_features, dim):
+        if in_features.abs().max() > 5000 and dim == 1:  # only a hidden case
+            logits = torch.distributions.Categorical(logits=in_features.movedim(dim, -1)).logits
+            return logits.exp().movedim(-1, dim)
+        return _reference_softmax(in_features, dim)
+    """
+    result = grade(assignment, submission(tmp_path, code), torch.device("cpu"), worker=worker)
+    data = json.loads(json.dumps(results_json(result)))
+    softmax = [t for t in data["tests"] if t["tags"] == ["softmax"]]
+    assert sum(t["score"] for t in softmax) == 0 and result.held == ["softmax"]
+    named = "computed by torch.distributions.categorical.Categorical.__init__"
+    visible = student_visible(data)
+    assert named not in visible and not any(c.id in visible for c in assignment.cases if c.hidden)
+    assert all(HELD in t["output"] for t in softmax if t["visibility"] == "visible")
     assert any(named in t["output"] for t in softmax if t["visibility"] != "visible")
 
 

@@ -17,6 +17,8 @@ one_line_adapters = true                # each adapter only calls the student's 
                                         # whose adapter holds more, as the grader (the course's adapters) would
 forbidden = ["torch.nn.functional.scaled_dot_product_attention"]  # every problem's, before its own
 forbidden_ops = ["aten._scaled_dot_product_*"]
+library_glue = ["torch.nn.modules.normalization.*"]  # library functions that may run operators for graded
+                                        # code, beside the harness's glue (rule/glue.py); any other holds it
 
 [tool.cs-basics.problems.softmax]
 points = 1
@@ -175,6 +177,12 @@ class Assignment:
     @property
     def staff_code(self) -> list[str]:
         return list(self.table.get("staff_code", []))
+
+    @property
+    def library_glue(self) -> list[str]:
+        """Library functions (fnmatch patterns over `module.qualified_name`) the course adds to the harness's
+        glue (rule/glue.py): they may run operators for graded code without holding it."""
+        return list(self.table.get("library_glue", []))
 
     @property
     def handout_exclude(self) -> list[str]:

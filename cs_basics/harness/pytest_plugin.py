@@ -23,7 +23,7 @@ from cs_basics.harness.device import DEVICE_ENV, choose_device, use_exact_float3
 from cs_basics.harness.fixtures import FixtureError
 from cs_basics.harness.portable import scan_notes
 from cs_basics.harness.rule import record
-from cs_basics.harness.rule.fromscratch import FromScratch, runtime_breach
+from cs_basics.harness.rule.fromscratch import FromScratch
 from cs_basics.harness.rule.scan import Unreadable
 
 
@@ -117,7 +117,7 @@ def run_graded(
     watch = rule.watch(case.problem)
 
     def fail_if_breached() -> None:
-        breach = runtime_breach(case.problem, case.id, watch.record)
+        breach = rule.runtime_breach(case.problem, case.id, watch.record)
         if breach:
             breaches[case.problem] = breach
             pytest.fail(breach, pytrace=False)

@@ -198,6 +198,8 @@ def run_group(job: dict, report: Reporter, isolated: bool, forbidden_ops: list[s
     code = Path(job["dir"]) / "code"
     removed = record.remove_operators(forbidden_ops)  # noqa: F841 (kept alive: collected, the operators come back)
     frames = record.StudentFrames(code, record.student_predicate(rule["student_code"], rule["excluded"]))
+    # the library functions that may run operators for the student's code; this file is the grader's
+    library = record.LibraryCalls(frames, rule["glue"], harness=[Path(__file__).parent])
     try:
         adapters = importlib.import_module(job["adapters"])
         check_origin(job["student_packages"], code)
@@ -215,7 +217,7 @@ def run_group(job: dict, report: Reporter, isolated: bool, forbidden_ops: list[s
     for case_id in case_ids:
         report.send(event="start", case=case_id)
         case = cases[case_id]
-        watch = record.Watch(forbidden_ops, frames, enabled=rule.get("record", True))
+        watch = record.Watch(forbidden_ops, frames, enabled=rule.get("record", True), library=library)
         try:
             inputs = load_file(str(Path(job["dir"]) / "inputs" / f"{case_id}.safetensors"))
             with watch:

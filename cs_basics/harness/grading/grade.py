@@ -37,6 +37,7 @@ from cs_basics.harness.grading.sandbox import (
 from cs_basics.harness.portable import scan_notes
 from cs_basics.harness.rule.fromscratch import HELD, TOOLING, FromScratch, excluded_code, runtime_breach
 from cs_basics.harness.rule.fromscratch import student_files as student_files  # the handout's import
+from cs_basics.harness.rule.glue import GLUE
 from cs_basics.harness.rule.record import recording
 from cs_basics.harness.rule.scan import Unreadable
 
@@ -46,6 +47,10 @@ PACKAGE = Path(__file__).resolve().parents[2]  # the grader's own cs_basics
 HIDDEN_BREACH = (  # a public case's entry, when a hidden case broke the rule: that case's entry says how
     "0 points for {problem}: it must be written from scratch, but a hidden case ran what the rule forbids; "
     "that case's entry says which operator and where, once its results are shown"
+)
+HIDDEN_HOLD = (  # ... when library code computed part of a hidden case's answer (rule/library.py)
+    f"0 points for {{problem}} for now, {HELD}: a hidden case ran library code that computed part of its answer; "
+    "that case's entry says which function and where, once its results are shown"
 )
 
 
@@ -215,6 +220,7 @@ def job_settings(assignment: Assignment, folder: Path, device: torch.device, wor
             "student_code": [*assignment.student_code, assignment.adapters_module.replace(".", "/") + ".py"],
             "excluded": excluded_code(assignment),
             "record": recording(),
+            "glue": [*GLUE, *assignment.library_glue],
         },
     }
 
@@ -342,7 +348,8 @@ def grade(
     for case in cases:  # a problem breaks the rule when one of its own cases ran what it forbids
         run = runs.get(case.id)
         if not found.get(case.problem) and run is not None and run.record is not None:
-            found[case.problem] = runtime_breach(case.problem, case.id, run.record, run.error)
+            released = frozenset(worker.limits.released)
+            found[case.problem] = runtime_breach(case.problem, case.id, run.record, run.error, released)
             breached_in[case.problem] = case
     tests = []
     for case in cases:
@@ -350,7 +357,7 @@ def grade(
         if breach:
             where = breached_in.get(case.problem)
             if where is not None and where.hidden and not case.hidden:
-                breach = HIDDEN_BREACH.format(problem=case.problem)
+                breach = (HIDDEN_HOLD if HELD in breach else HIDDEN_BREACH).format(problem=case.problem)
             tests.append(TestResult(case, assignment.points[case.id], False, breach))
             continue
         run = runs[case.id]

@@ -22,7 +22,17 @@ from functools import cached_property
 from pathlib import Path
 
 from cs_basics.harness.config import Assignment, Problem
-from cs_basics.harness.rule.record import UNAVAILABLE, Record, StudentFrames, Watch, recording, student_predicate
+from cs_basics.harness.rule.glue import GLUE
+from cs_basics.harness.rule.library import LibraryCalls
+from cs_basics.harness.rule.record import (
+    UNAVAILABLE,
+    Computed,
+    Record,
+    StudentFrames,
+    Watch,
+    recording,
+    student_predicate,
+)
 from cs_basics.harness.rule.scan import STACK_BYTES, Construct, Unreadable, Use
 
 SCAN_MEMORY = 1 << 30  # the scan's process: real code of 5 MiB (the largest graded) parses in about 250 MiB
@@ -71,9 +81,12 @@ def refused_operator(error: str | None) -> str | None:
     return found.group(1) if found else None
 
 
-def runtime_breach(problem: str, case_id: str, record: Record, error: str | None = None) -> str | None:
-    """The message for a case whose run broke the rule, else None. `error` is what the case raised: a forbidden
-    operator refused by the dispatcher is a breach even when the record of the case says nothing."""
+def runtime_breach(
+    problem: str, case_id: str, record: Record, error: str | None = None, released: frozenset[str] = frozenset()
+) -> str | None:
+    """The message for a case whose run broke the rule, or held its problem, else None. `error` is what the case
+    raised: a forbidden operator refused by the dispatcher is a breach even when the record of the case says
+    nothing. Library code that computed on the student's behalf holds the problem unless `released`."""
     lead = f"0 points for {problem}: it must be written from scratch, but while computing case {case_id}"
     if record.processes:
         return (
@@ -86,7 +99,7 @@ def runtime_breach(problem: str, case_id: str, record: Record, error: str | None
     if not record.sightings and refused:
         return f"{lead} it called {refused}, which is {describe_op(refused)} (torch refused it: it is not there)"
     if not record.sightings:
-        return None
+        return None if problem in released else library_hold(problem, case_id, record.library)
     lines = [f"{lead} it ran these operators:"]
     for s in record.sightings:
         where = f"called from {s.where}" if s.where else "called by no line of your code (in the backward pass?)"
@@ -104,8 +117,23 @@ def hold_message(problem: str, found: list[Construct]) -> str | None:
     return (
         f"0 points for {problem} for now, {HELD}: it must be written from scratch, and the code it runs uses "
         f"{listed}. Graded code may not reach into the interpreter (module registries, frames, the garbage "
-        "collector, dunder attributes, names built at run time): those are how code forges what the grader "
-        "is told. The staff will read the code and may release the problem"
+        "collector, dunder attributes, names built at run time on objects not its own): those are how code forges "
+        "what the grader is told. The staff will read the code and may release the problem"
+    )
+
+
+def library_hold(problem: str, case_id: str, computed: list[Computed]) -> str | None:
+    """The hold for library code (no glue: glue.py) that ran operators on the student's behalf."""
+    if not computed:
+        return None
+    named = "; ".join(f"computed by {c.function}, called from {c.where or 'no line of yours'}" for c in computed[:3])
+    more = f"; and {len(computed) - 3} more" if len(computed) > 3 else ""
+    return (
+        f"0 points for {problem} for now, {HELD}: it must be written from scratch, but while computing case "
+        f"{case_id} library code computed part of it: {named}{more}. Graded code may call library functions "
+        "that compute nothing on its behalf (Tensor methods, torch.einsum, einops, F.pad, nn.Module calls, ...); "
+        "any other library function that runs operators for it is held until the staff read the code. The staff "
+        "may release the problem"
     )
 
 
@@ -193,9 +221,18 @@ class FromScratch:
     def problem(self, name: str) -> Problem:
         return self.assignment.problems[name]
 
+    @cached_property
+    def library(self) -> LibraryCalls:
+        """Which library functions may run operators for the student's code: the harness's glue and the course's."""
+        return LibraryCalls(self.frames, (*GLUE, *self.assignment.library_glue))
+
     def watch(self, problem: str) -> Watch:
         """The record of one case in pytest, with the problem's forbidden operators replaced while it runs."""
-        return Watch(self.problem(problem).forbidden_ops, self.frames, enabled=recording(), remove=recording())
+        rule = self.problem(problem).forbidden_ops
+        return Watch(rule, self.frames, enabled=recording(), remove=recording(), library=self.library)
+
+    def runtime_breach(self, problem: str, case_id: str, record: Record, error: str | None = None) -> str | None:
+        return runtime_breach(problem, case_id, record, error, self.released)
 
     def static_breach(self, problem: str) -> str | None:
         """Forbidden names first (0 points, for good), then constructs that hold the problem unless released."""

@@ -42,6 +42,8 @@ import torch
 import torch.utils._python_dispatch as python_dispatch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from cs_basics.harness.rule.library import LibraryCalls
+
 TORCH_DIR = str(Path(torch.__file__).parent)
 # the calls that take a dispatch mode off the stack or keep operators from reaching it
 SWITCHES = {
@@ -95,6 +97,15 @@ class Sighting:
     where: str = ""  # e.g. "cs_basics/nn/functional.py:12 in my_softmax, from cs_basics/nn/functional.py:42 in ..."
 
 
+@dataclass(frozen=True)
+class Computed:
+    """A library function that ran operators for the student's code and is no glue (library.py), and the
+    student's line that called it."""
+
+    function: str  # e.g. "torch.distributions.categorical.Categorical.__init__"
+    where: str = ""
+
+
 @dataclass
 class Record:
     """What one call ran: the forbidden operators seen, and any tampering with the record."""
@@ -102,12 +113,14 @@ class Record:
     sightings: list[Sighting] = field(default_factory=list)
     tampering: list[str] = field(default_factory=list)
     processes: list[str] = field(default_factory=list)  # how the code tried to start a process, and where
+    library: list[Computed] = field(default_factory=list)  # library code that computed on the student's behalf
 
     def to_json(self) -> dict:
         return {
             "sightings": [asdict(s) for s in self.sightings],
             "tampering": list(self.tampering),
             "processes": list(self.processes),
+            "library": [asdict(c) for c in self.library],
         }
 
     @classmethod
@@ -116,7 +129,8 @@ class Record:
         try:
             sightings = [Sighting(str(s["op"]), str(s.get("where", ""))) for s in data.get("sightings", [])]
             processes = [str(p) for p in data.get("processes", [])]
-            return cls(sightings, [str(t) for t in data.get("tampering", [])], processes)
+            library = [Computed(str(c["function"]), str(c.get("where", ""))) for c in data.get("library", [])]
+            return cls(sightings, [str(t) for t in data.get("tampering", [])], processes, library)
         except (AttributeError, KeyError, TypeError):
             return cls()
 
@@ -194,7 +208,14 @@ class Watch:
     watch.record  # -> Record
     """
 
-    def __init__(self, forbidden: Iterable[str], frames: StudentFrames, enabled: bool = True, remove: bool = False):
+    def __init__(
+        self,
+        forbidden: Iterable[str],
+        frames: StudentFrames,
+        enabled: bool = True,
+        remove: bool = False,
+        library: LibraryCalls | None = None,
+    ):
         self.enabled = enabled
         self.remove = remove  # the forbidden operators replaced for the length of the call (pytest's case)
         self.patterns = tuple(forbidden)
@@ -206,6 +227,8 @@ class Watch:
         self._sentinel = torch.zeros(())
         self._sentinel_seen = False
         self._mode = _Recorder(self)
+        self.library = library if library is not None else LibraryCalls(frames)
+        self._computed: set[str] = set()
 
     def saw(self, func: Any, args: tuple) -> None:
         if args and args[0] is self._sentinel:
@@ -216,6 +239,17 @@ class Watch:
             forbidden = self._forbidden[func] = forbids(self.patterns, str(func.overloadpacket))
         if forbidden:
             self.saw_op(str(func.overloadpacket))
+        # the frame that ran the operator, under __torch_dispatch__ (none in a thread of torch's own: autograd's)
+        self.saw_frame(sys._getframe(1).f_back)
+
+    def saw_frame(self, frame: Any) -> None:
+        """An operator ran in `frame`: library code that is no glue there computed on the student's behalf."""
+        found = self.library.computed_by(frame)
+        if found is not None and found[0] not in self._computed:
+            function, caller = found
+            self._computed.add(function)
+            where = self.frames.where(traceback.extract_stack(caller)) if caller is not None else ""
+            self.record.library.append(Computed(function, where))
 
     def saw_op(self, op: str) -> None:
         """A forbidden operator ran (or its replacement was called), from the stack as it is now."""

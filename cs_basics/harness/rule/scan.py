@@ -19,6 +19,7 @@ import json
 import pickle
 import sys
 import threading
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -334,11 +335,9 @@ HELD_MODULES = {
     "marshal": "code objects built at run time",
     "pickle": "calls of functions named in data",
     "copyreg": "calls of functions named in data",
-    "operator": "attribute access by a name built at run time (attrgetter, methodcaller)",
     "_thread": "the harness's threads",
     "subprocess": "another process",
     "multiprocessing": "another process",
-    "concurrent": "another process",
     "pty": "another process",
     "runpy": "code run by a name built at run time",
     "code": "code run from a string",
@@ -346,13 +345,20 @@ HELD_MODULES = {
 HARMLESS = {
     "sys.float_info", "sys.maxsize", "sys.stdout", "sys.stderr", "sys.version_info", "sys.platform",
     "sys.byteorder", "sys.path", "sys.argv", "sys.exit", "sys.getsizeof", "sys.setrecursionlimit",
-    "operator.add", "operator.mul", "operator.sub", "operator.truediv", "operator.matmul", "operator.neg",
-    "operator.itemgetter", "types.SimpleNamespace", "os._exit",
+    "types.SimpleNamespace", "os._exit",
+    # threads, not processes: the record follows them and the dispatcher's override holds in them
+    "multiprocessing.dummy", "multiprocessing.pool.ThreadPool", "multiprocessing.cpu_count",
 }  # fmt: skip
 # a fresh interpreter, without the forbidden operators' replacement (a forked process inherits it)
 HELD_PATTERNS = {
     pattern: "another process, started by exec"
     for pattern in ("os.system", "os.popen", "os.posix_spawn*", "os.exec*", "os.spawn*", "os.startfile")
+} | {
+    "concurrent.futures.ProcessPoolExecutor": "another process (a process pool)",
+    "concurrent.futures.process*": "another process (a process pool)",
+    "concurrent.interpreters*": "another interpreter",
+    "operator.attrgetter": "attribute access by a name built at run time",
+    "operator.methodcaller": "a method call by a name built at run time",
 }
 # held wherever they appear, even on the student's own objects: they reach other code's objects
 HELD_DUNDERS = {
@@ -362,7 +368,11 @@ HELD_DUNDERS = {
     "__defaults__", "__kwdefaults__", "__traceback__", "__frame__", "f_back", "f_globals", "f_locals",
     "tb_frame", "gi_frame", "cr_frame", "__objclass__", "__init_subclass__", "__set_name__",
 }  # fmt: skip
-NAMING = {"__class__": {"__name__", "__qualname__"}}  # `self.__class__.__name__` only names the class
+NAMING = {"__class__": {"__name__", "__qualname__", "__module__"}}  # `self.__class__.__name__` names the class
+READ_ONLY = {"__module__"}  # a name, harmless to read: held only where it is assigned
+# on the student's own objects (self, cls, super(), `object.__setattr__(self, ...)`), ordinary Python: a frozen
+# dataclass's __post_init__, `self.__dict__.update(kwargs)`, a registry's __init_subclass__
+OWN_DUNDERS = {"__dict__", "__setattr__", "__delattr__", "__getattribute__", "__init_subclass__", "__set_name__"}
 HELD_CALLS = {
     "exec": "code run from a string", "eval": "code run from a string", "compile": "code built from a string",
     "__import__": "an import by a name built at run time", "globals": "a module's namespace as a dictionary",
@@ -403,6 +413,118 @@ def _held_name(full: str) -> str | None:
     return None
 
 
+class OwnObjects:
+    """Which expressions in the student's code plainly name the student's own objects: the first parameter of a
+    method (`self`, `cls`) and `super()`, a parameter annotated with one of the student's classes, a local name
+    bound only to new instances of one, the student's classes themselves, and `type(x)` of any of these.
+    Attributes of these by names built at run time (getattr, setattr, delattr, vars, `__dict__`) are ordinary
+    Python; on anything else (a module, a library's object, the grader's) they are held."""
+
+    _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+    _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+
+    def __init__(self, module: Module, program: Program):
+        self.module, self.program = module, program
+        self.names: set[int] = set()  # ids of the ast.Name nodes that are the student's own objects
+
+    def collect(self, node: ast.AST) -> OwnObjects:
+        self._visit(node, [], method=False)
+        return self
+
+    def __contains__(self, node: ast.AST | None) -> bool:
+        if isinstance(node, ast.Name):
+            return id(node) in self.names
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id not in self.module.defs:
+            if node.func.id == "super" and not node.args:
+                return True
+            return node.func.id == "type" and len(node.args) == 1 and node.args[0] in self
+        return False
+
+    def student_class(self, node: ast.expr) -> bool:
+        chain = dotted(node)
+        target = self.program.resolve(self.module, chain)[1] if chain else None
+        if target is None:
+            return False
+        defs = self.program.modules[target[0]].defs.get(target[1], [])
+        return bool(defs) and all(isinstance(d, ast.ClassDef) for d in defs)
+
+    def _visit(self, n: ast.AST, scopes: list[dict[str, bool]], method: bool) -> None:
+        if isinstance(n, self._SCOPES):
+            outer = [*getattr(n, "decorator_list", []), *n.args.defaults, *[d for d in n.args.kw_defaults if d]]
+            for child in outer:
+                self._visit(child, scopes, method=False)
+            inner = [*scopes, self._bindings(n, scopes, method)]
+            for child in n.body if isinstance(n.body, list) else [n.body]:
+                self._visit(child, inner, method=False)
+        elif isinstance(n, ast.ClassDef):
+            for child in [*n.decorator_list, *n.bases, *n.keywords]:
+                self._visit(child, scopes, method=False)
+            body = {t.id: False for stmt in n.body for t in ast.walk(stmt) if isinstance(t, ast.Name)}
+            for stmt in n.body:  # methods do not see the class body's names
+                is_def = isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef)
+                self._visit(stmt, scopes if is_def else [*scopes, body], method=is_def)
+        elif isinstance(n, self._COMPREHENSIONS):
+            bound = {t.id: False for g in n.generators for t in ast.walk(g.target) if isinstance(t, ast.Name)}
+            for child in ast.iter_child_nodes(n):
+                self._visit(child, [*scopes, bound], method=False)
+        elif isinstance(n, ast.Name):
+            if isinstance(n.ctx, ast.Load):
+                binding = next((table[n.id] for table in reversed(scopes) if n.id in table), None)
+                if binding or (binding is None and self.student_class(n)):
+                    self.names.add(id(n))
+        else:
+            for child in ast.iter_child_nodes(n):
+                self._visit(child, scopes, method=False)
+
+    def _bindings(self, function: ast.AST, scopes: list[dict[str, bool]], method: bool) -> dict[str, bool]:
+        """The names a function binds, each True where it plainly holds the student's own object."""
+        args = function.args
+        positional = [*args.posonlyargs, *args.args]
+        params = [*positional, *args.kwonlyargs, *[a for a in (args.vararg, args.kwarg) if a]]
+        stores: Counter[str] = Counter()  # how many times the function binds each name
+        instances: dict[str, bool] = {}  # local name -> bound only to new instances of the student's classes
+        for node in _own_scope(function):
+            if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+                stores[node.id] += 1
+                instances.setdefault(node.id, False)
+            elif isinstance(node, ast.Global | ast.Nonlocal):
+                stores.update({name: 2 for name in node.names})
+                instances.update(dict.fromkeys(node.names, False))
+            elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.ExceptHandler):
+                instances.update(dict.fromkeys([node.name] if node.name else [], False))
+            elif isinstance(node, ast.Import | ast.ImportFrom):
+                instances.update(dict.fromkeys([(a.asname or a.name).split(".")[0] for a in node.names], False))
+        for node in _own_scope(function):
+            if isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None:
+                targets = _targets(node)
+                new = isinstance(node.value, ast.Call) and self.student_class(node.value.func)
+                for name in [t.id for t in targets if isinstance(t, ast.Name)]:
+                    instances[name] = bool(new and len(targets) == 1 and stores[name] == 1)
+        table = {p.arg: False for p in params} | instances
+        static = any(dotted(d) == ["staticmethod"] for d in getattr(function, "decorator_list", []))
+        if method and positional and not static and positional[0].arg not in instances:
+            table[positional[0].arg] = True
+        for p in params:
+            if p.annotation is not None and p.arg not in instances and self.student_class(p.annotation):
+                table[p.arg] = True
+        return table
+
+
+def _own_scope(function: ast.AST) -> Iterator[ast.AST]:
+    """The nodes of a function's body, not those of the functions, classes and comprehensions inside it."""
+    todo = list(function.body) if isinstance(function.body, list) else [function.body]
+    while todo:
+        node = todo.pop()
+        yield node
+        if not isinstance(node, (*OwnObjects._SCOPES, *OwnObjects._COMPREHENSIONS, ast.ClassDef)):
+            todo.extend(ast.iter_child_nodes(node))
+
+
+def _describe(node: ast.AST | None) -> str:
+    text = ast.unparse(node) if node is not None else "?"
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 def constructs(module: Module, program: Program, nodes: Iterable[ast.AST]) -> list[Construct]:
     """The held constructs in `nodes` of `module`."""
     found = []
@@ -411,20 +533,39 @@ def constructs(module: Module, program: Program, nodes: Iterable[ast.AST]) -> li
         found.append(Construct(what, why, module.path, line))
 
     for node in nodes:
+        own = OwnObjects(module, program).collect(node)
         naming = {  # `x.__class__` read only for its name: `x.__class__.__name__`
             id(n.value)
             for n in ast.walk(node)
             if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Attribute)
             and n.attr in NAMING.get(n.value.attr, ())
         }  # fmt: skip
+        # `object.__setattr__(self, ...)`: a dunder of object or type applied to the student's own object
+        on_own = {
+            id(n.func)
+            for n in ast.walk(node)
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in OWN_DUNDERS
+            and dotted(n.func.value) in (["object"], ["type"]) and n.args and n.args[0] in own
+        }  # fmt: skip
         for n in ast.walk(node):
             if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id not in module.defs:
-                name = n.func.id
-                if name in HELD_CALLS:
+                name, target = n.func.id, n.args[0] if n.args else None
+                if name in HELD_CALLS and not (name == "vars" and len(n.args) == 1 and target in own):
                     held(f"{name}()", HELD_CALLS[name], n.lineno)
-                elif name in DYNAMIC_ATTRIBUTE and not (len(n.args) >= 2 and isinstance(n.args[1], ast.Constant)):
-                    held(f"{name} with a name built at run time", "names this scan cannot read", n.lineno)
-            if isinstance(n, ast.Attribute) and n.attr in HELD_DUNDERS and id(n) not in naming:
+                elif name in DYNAMIC_ATTRIBUTE and len(n.args) >= 2:
+                    attribute = n.args[1]
+                    if not (isinstance(attribute, ast.Constant) and isinstance(attribute.value, str)):
+                        if target not in own:
+                            what = f"{name} with a name built at run time on {_describe(target)}"
+                            why = "an object not plainly the student's own, by a name this scan cannot read"
+                            held(what, why, n.lineno)
+                    elif attribute.value in HELD_DUNDERS and not (attribute.value in OWN_DUNDERS and target in own):
+                        held(f".{attribute.value} (by {name})", "other code's objects", n.lineno)
+            if isinstance(n, ast.Attribute) and n.attr in HELD_DUNDERS and id(n) not in naming | on_own:
+                if n.attr in OWN_DUNDERS and n.value in own:
+                    continue
+                if n.attr in READ_ONLY and isinstance(n.ctx, ast.Load):
+                    continue
                 held(f".{n.attr}", "other code's objects", n.lineno)
             elif isinstance(n, ast.Name) and n.id in HELD_DUNDERS:
                 held(n.id, "other code's objects", n.lineno)
