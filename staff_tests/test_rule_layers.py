@@ -42,6 +42,9 @@ from .test_from_scratch import (
 
 STUDENTS = Path(__file__).parent / "students"
 CHILD = ROOT / "cs_basics" / "harness" / "grading" / "child.py"  # loaded by path, as the grading server does
+# Where a test's attack could behave differently in each sandbox (a process started inside a pid namespace or
+# not), it runs in both; a record forged or library code called inside the child is the same in either, and
+# runs in the default one (bubblewrap where it runs).
 SANDBOXES = ["bubblewrap", "fallback"]
 
 # the built-in attention reached through a name built at run time: invisible to the names scan
@@ -156,18 +159,16 @@ def pytest_messages(assignment, folder: Path, released=()) -> dict[str, str]:
 # ---------------------------------------------------------------- library code, forged records, processes
 
 
-@pytest.mark.parametrize("sandbox", SANDBOXES)
-def test_a_softmax_from_torch_decompositions_gets_0_naming_it(assignment, tmp_path, sandbox):
-    got, first = graded(assignment, tmp_path, source(DECOMP_SOFTMAX, attention_with(INLINE_WEIGHTS)), sandbox)
+def test_a_softmax_from_torch_decompositions_gets_0_naming_it(assignment, tmp_path):
+    got, first = graded(assignment, tmp_path, source(DECOMP_SOFTMAX, attention_with(INLINE_WEIGHTS)))
     assert got == pytest.approx({SOFTMAX: 0.0, ATTENTION: 5.0}), first
     assert "uses torch._decomp.decompositions._softmax at cs_basics/nn/functional.py:" in first[SOFTMAX]
 
 
-@pytest.mark.parametrize("sandbox", SANDBOXES)
 @pytest.mark.parametrize("forgery", FORGERIES)
-def test_a_record_forged_from_inside_is_held_naming_the_construct(assignment, tmp_path, forgery, sandbox):
+def test_a_record_forged_from_inside_is_held_naming_the_construct(assignment, tmp_path, forgery):
     functional = HEADER_SYS + source(SOFTMAX_FROM_SCRATCH, FORGERIES[forgery].replace("BUILTIN", BUILTIN_ATTENTION))
-    got, first = graded(assignment, tmp_path, functional, sandbox)
+    got, first = graded(assignment, tmp_path, functional)
     assert got == pytest.approx({SOFTMAX: 1.0, ATTENTION: 0.0}), first
     assert HELD in first[ATTENTION] and FORGED_NAMES[forgery] in first[ATTENTION], first[ATTENTION]
     assert HELD in pytest_messages(assignment, student(tmp_path, functional, name="pytest"))[ATTENTION]

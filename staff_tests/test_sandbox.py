@@ -57,6 +57,9 @@ RELEASED = (SOFTMAX, ATTENTION)
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="the jobs' own uid and namespaces need a root grader")
 needs_bubblewrap = pytest.mark.skipif(not bubblewrap_runs(), reason="bubblewrap does not run here: only the fallback")
 SANDBOXES = [pytest.param("bubblewrap", marks=needs_bubblewrap), "fallback"]
+# the tests that take the last uids of the jobs' range by number run one after the other (under xdist, on one
+# worker): two at once would sweep or lease each other's uid
+LAST_UIDS = pytest.mark.xdist_group("the-last-job-uids")
 
 
 @pytest.fixture(scope="module", params=SANDBOXES)
@@ -79,6 +82,23 @@ def left_running(worker) -> list[int]:
 
 def job_uids() -> set[int]:
     return {uid for uid in process_uids().values() if UID_BASE <= uid < UID_BASE + UID_COUNT}
+
+
+def job_uids_under(pid: int) -> set[int]:
+    """The job uids of the processes descended from `pid`: this test's grader's jobs, not those of a grader
+    that another test (another pytest worker, another checkout) runs meanwhile."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                parent = int(entry.joinpath("stat").read_text().rsplit(")", 1)[1].split()[1])
+                children.setdefault(parent, []).append(int(entry.name))
+    below, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            below.add(child)
+            todo.append(child)
+    return {uid for found, uid in process_uids().items() if found in below and UID_BASE <= uid < UID_BASE + UID_COUNT}
 
 
 # ---------------------------------------------------------------- what the submission leaves behind
@@ -304,10 +324,10 @@ def grading_process(folder: Path, results: Path, sandbox: str) -> subprocess.Pop
     return subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def wait_for_new_job(before: set[int], grader: subprocess.Popen, seconds: float = 120) -> set[int]:
+def wait_for_new_job(grader: subprocess.Popen, seconds: float = 120) -> set[int]:
     end = time.monotonic() + seconds
     while time.monotonic() < end and grader.poll() is None:
-        new = job_uids() - before
+        new = job_uids_under(grader.pid)
         if new:
             return new
         time.sleep(0.2)
@@ -318,12 +338,14 @@ def worker_folders() -> set[Path]:
     return set(Path(tempfile.gettempdir()).glob("cs-basics-grade-*"))
 
 
-def wait_for_output(case: str, before: set[Path], grader: subprocess.Popen, seconds: float = 120) -> None:
-    """Until a new worker's job folder holds the outputs of `case`."""
+def wait_for_output(case: str, before: set[Path], uids: set[int], grader: subprocess.Popen, seconds: float = 120):
+    """Until a new worker's job folder, of a job of `uids`, holds the outputs of `case`."""
     end = time.monotonic() + seconds
     while time.monotonic() < end and grader.poll() is None:
-        if any(list(folder.glob(f"jobs/*/out/{case}.safetensors")) for folder in worker_folders() - before):
-            return
+        for folder in worker_folders() - before:
+            with contextlib.suppress(OSError):
+                if any(out.parent.stat().st_uid in uids for out in folder.glob(f"jobs/*/out/{case}.safetensors")):
+                    return
         time.sleep(0.1)
     raise AssertionError(f"the grader never wrote the outputs of {case}")
 
@@ -360,11 +382,11 @@ def test_ctrl_c_and_a_hang_up_wind_grading_down_as_sigterm_does(tmp_path, sandbo
 def killed_mid_case(tmp_path, sandbox, kill):
     loop = wrap_attention("while True:\n    pass")
     results = tmp_path / "results.json"
-    before, folders = job_uids(), worker_folders()
+    folders = worker_folders()
     grader = grading_process(submission(tmp_path, loop), results, sandbox)
     try:
-        uids = wait_for_new_job(before, grader)
-        wait_for_output("softmax-float64", folders, grader)  # the public softmax cases are done; attention loops
+        uids = wait_for_new_job(grader)
+        wait_for_output("softmax-float64", folders, uids, grader)  # the public softmax cases are done; attention loops
         time.sleep(1)
         grader.send_signal(kill)
         grader.wait(timeout=30)
@@ -388,6 +410,7 @@ GRADERS, UIDS = 4, 3  # more graders than uids: without leases, two of them take
 
 
 @needs_root
+@LAST_UIDS
 def test_graders_started_at_once_never_share_a_job_uid(tmp_path):
     """Four graders of two slow correct submissions each, started at once with the jobs' uids narrowed to
     three: each worker leases its uid for its life (one waits for a lease), so every submission gets full
@@ -416,6 +439,7 @@ def test_graders_started_at_once_never_share_a_job_uid(tmp_path):
     assert [data["score"] for data in results] == [6.0] * 2 * GRADERS, killed[:3]
 
 
+@LAST_UIDS
 def test_a_leased_uid_is_taken_by_no_one_else_until_its_holder_lets_go_or_dies(monkeypatch):
     """The lease is an abstract socket: no file, held by one process at a time, freed by the kernel on death."""
     uid = UID_BASE + UID_COUNT - 1
@@ -469,6 +493,7 @@ def test_a_looping_attention_costs_minutes_with_the_default_limits_and_softmax_k
 
 
 @needs_root
+@pytest.mark.alone  # what other tests write meanwhile is not the grader's (staff_tests/machine.py)
 def test_grading_as_root_changes_nothing_outside_its_own_folder(assignment, tmp_path):
     """/dev/null stays the character device 1:3, and no file outside the grader's temporary folder and the
     results file changes (`find / -xdev -newer STAMP`, leaving out what other processes write)."""
@@ -513,6 +538,7 @@ def test_without_namespaces_a_python_the_jobs_uid_cannot_reach_stops_grading_for
 
 
 @needs_root
+@LAST_UIDS
 def test_without_namespaces_the_grader_deletes_what_the_jobs_uid_left(tmp_path):
     uid = UID_BASE + UID_COUNT - 1
     litter = Path(tempfile.mkdtemp(prefix="cs-basics-litter-"))
@@ -526,6 +552,7 @@ def test_without_namespaces_the_grader_deletes_what_the_jobs_uid_left(tmp_path):
 
 
 @needs_root
+@LAST_UIDS
 def test_without_namespaces_the_grader_measures_what_the_jobs_uid_holds_in_the_temporary_folders():
     """The bound where a job has no tmpfs of its own (the end-to-end path cannot run here: this machine's
     Python is under /root, which a job's uid can enter only through its namespaces)."""

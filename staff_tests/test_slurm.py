@@ -29,15 +29,20 @@ SMALL = ["--cpus-per-task=1", "--mem=3G"]
 
 
 @pytest.fixture(scope="module")
-def cluster(request):
-    folder = Path(tempfile.mkdtemp(prefix="cs-basics-slurm-"))  # short: munge's socket path must fit 108 bytes
-    running = Cluster(folder)
-    request.addfinalizer(lambda: shutil.rmtree(folder, ignore_errors=True))
-    request.addfinalizer(running.stop)  # runs first: whatever a test did, the daemons end
-    try:
-        return running.start()
-    except Unavailable as why:
-        pytest.skip(f"no real Slurm here: {why}")
+def cluster(machine):
+    """Held as a share of the machine for its life: apt-get may install Slurm, and a test that runs alone
+    to watch the machine must not see it (staff_tests/machine.py)."""
+    with machine.share():
+        folder = Path(tempfile.mkdtemp(prefix="cs-basics-slurm-"))  # short: munge's socket path must fit 108 bytes
+        running = Cluster(folder)
+        try:
+            try:
+                yield running.start()
+            except Unavailable as why:
+                pytest.skip(f"no real Slurm here: {why}")
+        finally:  # whatever a test did, the daemons end
+            running.stop()
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def make_course(folder: Path, names: dict[str, str | dict | None]) -> Path:
