@@ -95,7 +95,17 @@ def commands(repo: Path, tmp: Path, copies: int, workers: int) -> dict[str, tupl
         "repository: pytest -m points": ([*UV_RUN, str(repo), "pytest", "-q", "-m", "points"], repo),
         "repository: cs-basics grade": ([*grade, "--results", str(tmp / "results.json")], repo),
         f"course: {copies} submissions, --workers {workers}": (
-            [*grade, "--submission", str(submissions), "--results", str(tmp / "course"), "--workers", str(workers)],
+            # --force: each repeat grades every submission again (without it a re-run skips those already graded)
+            [
+                *grade,
+                "--submission",
+                str(submissions),
+                "--results",
+                str(tmp / "course"),
+                "--workers",
+                str(workers),
+                "--force",
+            ],
             repo,
         ),
     }
