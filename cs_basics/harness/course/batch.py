@@ -9,6 +9,7 @@ course too large for one machine, `--shard I/N` grades a slice and `cs-basics me
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import os
 import signal
@@ -23,7 +24,7 @@ from rich.progress import Progress
 
 from cs_basics.harness.config import Assignment
 from cs_basics.harness.course.regrade import Planned, plan, read_results, settings_of, stamp
-from cs_basics.harness.course.report import SCORES, analyse, print_analysis, score_row, write_scores
+from cs_basics.harness.course.report import SCORES, analyse, print_analysis, score_row, warm_figures, write_scores
 from cs_basics.harness.course.shards import resolve_shard, select, submission_folders
 from cs_basics.harness.device import choose_device
 from cs_basics.harness.grading.command import grade_safely, limits_from, stopping_on_signals
@@ -78,7 +79,7 @@ def grade_many(
     rows = [score_row(p.submission.name, read_results(p.results)) for p in skipped]
     what = f"{len(planned)} submissions" + (f" (shard {shard} of {folder})" if shard else "")
     limits = dataclasses.replace(limits_from(args), threads=max(1, len(os.sched_getaffinity(0)) // workers))
-    device, queue, lock, failures = choose_device(args.device), list(todo), Lock(), []
+    device, queue, lock, failures, warming = choose_device(args.device), list(todo), Lock(), [], Lock()
 
     def take() -> Planned | None:
         with lock:
@@ -94,6 +95,9 @@ def grade_many(
                     progress.advance(task)
         except (StaffError, ValueError) as err:  # no grading server: nothing can be graded fairly
             failures.append(str(err))
+        if warming.acquire(blocking=False) and not failures and not STOP.is_set():
+            with contextlib.suppress(Exception):  # the analysis at the end says what failed, in its own words
+                warm_figures()  # the first worker out of submissions, while the others grade their last ones
 
     with stopping_on_signals() as came, Progress() as progress:
         doing = escape(printable(f"grading {what} ({len(skipped)} unchanged: skipped)"))
