@@ -35,6 +35,7 @@ class FixtureStore:
     def __init__(self, root: Path):
         self.root = Path(root)
         self._cache: dict[str, tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]] = {}
+        self._inputs_file: dict[str, bytes] = {}
         self._manifest: dict[str, str] | None = None
 
     def path(self, case_id: str) -> Path:
@@ -65,6 +66,13 @@ class FixtureStore:
             expected = {k.removeprefix("expected."): v for k, v in tensors.items() if k.startswith("expected.")}
             self._cache[case_id] = (inputs, expected)
         return self._cache[case_id]
+
+    def inputs_file(self, case_id: str) -> bytes:
+        """A case's inputs alone, as a safetensors file (what the grader hands to the code it grades), serialized
+        once per process: a batch writes the same inputs for every submission."""
+        if case_id not in self._inputs_file:
+            self._inputs_file[case_id] = save(self.load(case_id)[0])
+        return self._inputs_file[case_id]
 
     def metadata(self, case_id: str) -> dict[str, str]:
         from safetensors import safe_open
