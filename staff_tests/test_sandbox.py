@@ -315,6 +315,39 @@ def test_a_submission_in_a_batch_cannot_read_the_others(assignment, worker, batc
     assert scores(result) == pytest.approx(FULL), outputs_of(result)[0]
 
 
+TAMPER = """
+import os as _os
+from pathlib import Path as _Path
+
+_code = _Path(__file__).resolve().parents[2]  # the job's code: the grader's files are laid over it
+for _target in (_code / "cs_basics" / "harness" / "rule" / "record.py", _code / "tests" / "cases.py"):
+    for _attempt in (
+        lambda: _target.write_text("raise SystemExit"),  # through a link, every later job's copy
+        lambda: _os.chmod(_target, 0o666),
+        lambda: _os.utime(_target, (0, 0)),
+        lambda: _target.unlink(),
+    ):
+        try:
+            _attempt()
+        except OSError:
+            pass
+"""
+
+
+def test_a_job_cannot_alter_the_files_laid_over_the_next_jobs_code(assignment, worker, tmp_path):
+    """The grader's harness and the course's test modules are made once per worker and laid over each job's
+    code (linked where the job has a uid of its own): a job that tries to write, chmod, touch or remove them
+    leaves them as they were, and the next submission is graded with the grader's own files."""
+    graded(assignment, worker, submission(tmp_path, TAMPER, name="tamper"))
+    overlay = worker.overlays[assignment.root]
+    for rel in (Path("cs_basics/harness/rule/record.py"), Path("tests/cases.py")):
+        laid = overlay.folder / rel
+        assert laid.read_bytes() == (ROOT / rel).read_bytes(), rel
+        assert stat.S_IMODE(laid.stat().st_mode) == 0o644 and laid.stat().st_mtime > 0, rel
+    result, _ = graded(assignment, worker, submission(tmp_path, name="next"))
+    assert scores(result) == pytest.approx(FULL), outputs_of(result)[0]
+
+
 # ---------------------------------------------------------------- the grader killed from outside
 
 

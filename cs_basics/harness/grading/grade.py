@@ -10,6 +10,7 @@ everything a hidden case printed, raised or computed is kept for that case's own
 from __future__ import annotations
 
 import functools
+import os
 import py_compile
 import shutil
 import sys
@@ -19,7 +20,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from safetensors.torch import save_file
 
 from cs_basics.harness.cases import Case, run_check
 from cs_basics.harness.config import Assignment, ConfigError
@@ -158,23 +158,75 @@ def take(assignment: Assignment, submission: Path) -> intake.Intake:
     return intake.take(assignment.root, assignment.student_code, overlaid, submission, bounds)
 
 
-def stage(assignment: Assignment, submission: Path, code: Path) -> intake.Intake:
+def stage(assignment: Assignment, submission: Path, code: Path, overlay: Overlay | None = None) -> intake.Intake:
     """The submission's student code (what `take` takes), the staff's code and the grader's own tooling
-    over it, and the course's test modules. Returns what was taken, left out or refused."""
+    over it, and the course's test modules (`overlay`, made once for a worker's jobs; else made here).
+    Returns what was taken, left out or refused."""
     taken = take(assignment, submission)
     if taken.refused:
         return taken
     intake.copy_taken(taken, code)
-    overlays = [(assignment.root / rel, code / rel) for rel in assignment.staff_code]
-    overlays += [(PACKAGE.parent / rel, code / rel) for rel in TOOLING]
-    for source, target in overlays:
+    for rel in [*assignment.staff_code, *TOOLING]:  # what the submission has there never runs
+        target = code / rel
         shutil.rmtree(target, ignore_errors=True) if target.is_dir() else target.unlink(missing_ok=True)
-        copy_regular(source, target)
-    for module in [*case_modules(assignment), assignment.adapters_module]:
-        package = module_package(assignment, module)
-        for source in package.rglob("*.py"):  # code only: never a fixture
-            copy_trusted(source, code / source.relative_to(assignment.root))
+    if overlay is None:
+        with tempfile.TemporaryDirectory() as tmp:
+            Overlay.make(assignment, Path(tmp) / "overlay").lay_over(code)
+    else:
+        overlay.lay_over(code)
     return taken
+
+
+@dataclass
+class Overlay:
+    """The staff's code, the grader's tooling and the course's test modules, with their bytecode, copied once
+    into `folder` and laid over each job's code: linked where the job runs as a uid of its own (which may read
+    these files but neither write nor remove them: they are the grader's, mode 644, in the grader's folders),
+    copied elsewhere (a job that runs as the grader's own user could write a link, and with it every later job's
+    copy). A link is one directory entry; a copy, a new file written (about 120 of them a job)."""
+
+    folder: Path
+    folders: list[Path]  # relative to `folder`, parents first
+    files: list[Path]
+    link: bool = False
+
+    @classmethod
+    def make(cls, assignment: Assignment, folder: Path, link: bool = False) -> Overlay:
+        overlays = [(assignment.root / rel, folder / rel) for rel in assignment.staff_code]
+        overlays += [(PACKAGE.parent / rel, folder / rel) for rel in TOOLING]
+        for source, target in overlays:
+            copy_regular(source, target)
+        for module in [*case_modules(assignment), assignment.adapters_module]:
+            package = module_package(assignment, module)
+            for source in package.rglob("*.py"):  # code only: never a fixture
+                copy_trusted(source, folder / source.relative_to(assignment.root))
+        folders = sorted((p.relative_to(folder) for p in folder.rglob("*") if p.is_dir()), key=lambda p: len(p.parts))
+        files = [p.relative_to(folder) for p in folder.rglob("*") if p.is_file()]
+        return cls(folder, folders, files, link)
+
+    def lay_over(self, code: Path) -> None:
+        for rel in self.folders:
+            (code / rel).mkdir(parents=True, exist_ok=True)
+        for rel in self.files:
+            target = code / rel
+            target.unlink(missing_ok=True)  # a student's file at the same path (an adapters module): ours runs
+            if self.link:
+                try:
+                    os.link(self.folder / rel, target)
+                    continue
+                except OSError:  # a file system without links, or another one: copy this file and the rest
+                    self.link = False
+            shutil.copyfile(self.folder / rel, target)
+
+
+def overlay_for(assignment: Assignment, worker: Worker) -> Overlay:
+    """The worker's overlay of `assignment`, made at its first job."""
+    made = worker.overlays.get(assignment.root)
+    if made is None:
+        folder = worker.root / "overlays" / str(len(worker.overlays))
+        folder.parent.mkdir(mode=0o700, exist_ok=True)  # no job's uid lists them; each job reads its links
+        made = worker.overlays[assignment.root] = Overlay.make(assignment, folder, link=worker.uid is not None)
+    return made
 
 
 def case_modules(assignment: Assignment) -> list[str]:
@@ -236,7 +288,7 @@ def run_submission(assignment: Assignment, submission: Path, cases: list[Case], 
     ]
     folder = worker.new_job_dir()
     try:
-        taken = stage(assignment, submission, folder / "code")
+        taken = stage(assignment, submission, folder / "code", overlay_for(assignment, worker))
         notes += taken.notes
         if taken.refused:
             raise Ungradable(taken.refused, notes)
@@ -290,7 +342,7 @@ def write_inputs(assignment: Assignment, cases: list[Case], folder: Path) -> Non
     """The cases' inputs into the job's folder, readable by the job's uid (which may not write there)."""
     for case in cases:
         path = folder / "inputs" / f"{case.id}.safetensors"
-        save_file(assignment.store_for(case).load(case.id)[0], str(path))
+        path.write_bytes(assignment.store_for(case).inputs_file(case.id))
         path.chmod(0o644)
 
 

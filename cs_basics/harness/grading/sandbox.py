@@ -48,6 +48,7 @@ from cs_basics.harness.portable import fork_server_runs, is_root, open_unfollowe
 if TYPE_CHECKING:
     import torch
 
+    from cs_basics.harness.grading.grade import Overlay
     from cs_basics.harness.rule.record import Record
 # torch, and what imports it, only where a job's results are read: `cs-basics grade` starts the grading server
 # (which imports torch) before it imports torch itself, so that the two imports run side by side
@@ -446,6 +447,7 @@ class Worker:
         self.jobs = 0
         self.attempts = 0
         self.hide: list[str] = []  # folders no job may see besides the course's (a batch's folder of submissions)
+        self.overlays: dict[Path, Overlay] = {}  # course root -> the files laid over each job's code (grade.stage)
         self.none_left = False  # no process of the uid is left, and no job started since (known by kill_uid)
 
     def __enter__(self) -> Worker:
