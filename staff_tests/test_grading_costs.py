@@ -120,6 +120,28 @@ def test_a_submission_ends_the_jobs_processes_once_after_each_phase(assignment, 
         assert len(kills) == 2
 
 
+FIRST_PROCESS = """
+import os as _os
+
+if _os.getpid() != 1 and _os.path.isfile("/proc/1/status"):  # in the job's own PID namespace
+    _first = open("/proc/1/status").read().split("\\n")[0].split()[-1]
+    if _first.startswith("python"):
+        raise RuntimeError(f"the namespace's first process is {_first}: a third copy of the grading server")
+"""
+
+
+@needs_root
+def test_a_phase_copies_the_grading_server_twice_not_three_times(assignment, tmp_path):
+    """The namespace's first process is a small program (zygote.start_keeper), not a fork of the server, whose
+    torch-sized page tables every fork copies and every end frees: the job's child (outside the namespace)
+    and the student's process are the only copies."""
+    with Worker(None, Limits()) as worker:
+        if not worker.isolated:
+            pytest.skip("the kernel refuses namespaces here: a phase is one process")
+        result = grade(assignment, submission(tmp_path, FIRST_PROCESS), torch.device("cpu"), worker=worker)
+    assert sum(scores(result).values()) == pytest.approx(6), result.output
+
+
 COMPILED = """
 import builtins, sys
 compiled = []

@@ -11,9 +11,9 @@ Each job's child (`run_child`) cuts itself off before any student code runs:
 - as root, new mount, network, IPC and PID namespaces: /tmp, /var/tmp, /dev/shm and its working
   folder fresh, on one tmpfs of at most tmp_mb (its job folder bound back), the course repository
   hidden, folders on the way to the Python environment that its uid could not enter replaced by
-  ones it can, only loopback, and
-  the student's process as the child of the namespace's first process, so that all of it ends
-  with the job; where the kernel refuses namespaces, none of these;
+  ones it can, only loopback, and the student's process inside the new PID namespace, whose first
+  process (a `cat` the child holds, not a copy of this server: see start_keeper) the child ends
+  with the job, and with it all of the namespace; where the kernel refuses namespaces, none of these;
 - resource limits, then its own uid (as root), then the parent-death signal again (a uid change
   clears it), then it runs the cases (child.py).
 """
@@ -46,6 +46,7 @@ SCRATCH_FOLDERS = {"/tmp": "tmp", "/var/tmp": "var-tmp", "/dev/shm": "shm"}  # o
 SCRATCH_INODES = 1 << 16  # files the job may make in it: each costs kernel memory that its size does not count
 CHILD = []  # child.py, loaded once by the server (its folder is out of a job's view)
 WAKE = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)  # the server's wake-up pipe (see Server.serve); a job closes it
+KEEPER = next((p for p in ("/usr/bin/cat", "/bin/cat") if os.access(p, os.X_OK)), None)  # see start_keeper
 
 
 # ---------------------------------------------------------------- system calls
@@ -188,16 +189,39 @@ def become(uid: int | None) -> None:
     libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
 
 
-def relay(pid: int) -> None:
+def relay(pid: int, keeper: int | None = None) -> None:
     """Wait for `pid`, reaping any orphan meanwhile (the namespace's first process does), and end
-    as it ended: its exit status, or 128 + the signal that killed it."""
+    as it ended: its exit status, or 128 + the signal that killed it. With the namespace's `keeper`,
+    end it first: every process left in the namespace ends with it."""
     while True:
         try:
             done, status = os.waitpid(-1, 0)
         except ChildProcessError:
             os._exit(0)
         if done == pid:
+            if keeper is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(keeper, signal.SIGKILL)
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(keeper, 0)
             os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status))
+
+
+def start_keeper(progress: int) -> tuple[int, int] | None:
+    """The new PID namespace's first process: `cat` reading a pipe this process holds, started without copying
+    this process (posix_spawn: a fork of it would copy torch's page tables, and free them at its end, at
+    each phase of each job). It runs no code of ours and reaps nothing; it ends when this process kills it,
+    or dies and closes the pipe. Returns (its pid, the pipe's end to keep), or None where there is no `cat`."""
+    if KEEPER is None:
+        return None
+    read, write = os.pipe2(os.O_CLOEXEC)
+    actions = [(os.POSIX_SPAWN_DUP2, read, 0), (os.POSIX_SPAWN_CLOSE, progress)]
+    actions += [(os.POSIX_SPAWN_OPEN, fd, os.devnull, os.O_WRONLY, 0) for fd in (1, 2)]
+    try:  # no fallback past this point: a first process that failed to start has ended the namespace
+        pid = os.posix_spawn(KEEPER, [KEEPER], {}, file_actions=actions)
+    finally:
+        os.close(read)
+    return pid, write
 
 
 def run_child(job: dict, progress: int, output: int) -> None:
@@ -216,15 +240,19 @@ def run_child(job: dict, progress: int, output: int) -> None:
         set_death_signal()
         isolated = os.getuid() == 0 and job.get("namespaces", True) and enter_namespaces(job)
         if isolated:  # this process stays outside the new PID namespace: its first child is the first inside
-            first = os.fork()
-            if first:
-                relay(first)
-            set_death_signal()
-            mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV)
+            kept = start_keeper(progress)
+            if kept is None:  # a copy of this process as the first, which reaps orphans; the student's below it
+                first = os.fork()
+                if first:
+                    relay(first)
+                set_death_signal()
             student = os.fork()
             if student:
-                relay(student)
+                relay(student, kept and kept[0])
+            if kept is not None:
+                os.close(kept[1])
             set_death_signal()
+            mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV)
         limit(job)
         import_paths = [p for p in sys.path if p and os.path.isdir(p)]  # seen before the uid changes
         become(job.get("uid"))
