@@ -3,7 +3,9 @@
 Makes N copies of this checkout's `cs_basics` (a correct submission), then grades the folder with
 `cs-basics grade --submission DIR --workers W` twice per repeat, alternately: with this checkout's
 grader, and with the grader of an earlier commit (`--before REV`, checked out into a temporary
-worktree and run on the same environment). Prints each run's wall time and submissions per minute.
+worktree and run on the same environment). Prints each run's wall time and submissions per minute, and the
+CPU seconds of all the grading's processes (cpu_seconds.py): the submissions a minute the machine's cores
+would grade were they busy with nothing else, a ratio that holds on a busy machine.
 Usage: uv run python benchmarks/batch_throughput.py [--copies 40] [--workers 2] [--before REV] [--repeats 1]
 """
 
@@ -16,9 +18,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
+import cpu_seconds
 from rich.console import Console
 from rich.table import Table
 
@@ -26,17 +28,18 @@ ROOT = Path(__file__).resolve().parents[1]
 BEFORE = "6b464c9"  # the last grader with one grading process per submission
 
 
-def grade_folder(grader: Path, folder: Path, out: Path, workers: int) -> float:
+def grade_folder(grader: Path, folder: Path, out: Path, workers: int) -> tuple[float, float, str]:
+    """Wall seconds, CPU seconds of every process of the grading, and how the CPU was counted (cpu_seconds.py)."""
     shutil.rmtree(out, ignore_errors=True)
     command = [sys.executable, "-m", "cs_basics.cli", "grade", "--submission", str(folder), "--results", str(out)]
     env = os.environ | {"PYTHONPATH": str(grader)}  # this grader's cs_basics first, on the same environment
-    start = time.perf_counter()
-    done = subprocess.run([*command, "--workers", str(workers)], cwd=grader, env=env, capture_output=True, text=True)
-    seconds = time.perf_counter() - start
+    done, wall, cpu, how = cpu_seconds.run(
+        [*command, "--workers", str(workers)], cwd=grader, env=env, capture_output=True, text=True
+    )
     scores = (out / "scores.csv").read_text().splitlines()[1:] if (out / "scores.csv").is_file() else []
     if done.returncode != 0 or not scores or any(",6.0,6.0" not in line for line in scores):
         raise SystemExit(f"grading with {grader} failed:\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
-    return seconds
+    return wall, cpu, how
 
 
 def main() -> None:
@@ -59,21 +62,29 @@ def main() -> None:
                        capture_output=True)  # fmt: skip
         try:
             times: dict[str, list[float]] = {args.before: [], "this checkout": []}
+            cpus: dict[str, list[float]] = {args.before: [], "this checkout": []}
             for _ in range(args.repeats):
                 for name, grader in ((args.before, before), ("this checkout", ROOT)):
-                    times[name].append(grade_folder(grader, folder, tmp / "out", args.workers))
+                    wall, cpu, how = grade_folder(grader, folder, tmp / "out", args.workers)
+                    times[name].append(wall)
+                    cpus[name].append(cpu)
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(before)], cwd=ROOT, capture_output=True)
+    cores = len(os.sched_getaffinity(0))
     table = Table(title=f"{args.copies} correct submissions, --workers {args.workers}, median of {args.repeats}")
-    for column in ("grader", "wall s", "submissions per minute"):
+    columns = ("grader", "wall s", "submissions per minute", f"CPU s ({how})", f"CPU-bound per minute, {cores} cores")
+    for column in columns:
         table.add_column(column)
-    rates = {}
+    rates, capacities = {}, {}
     for name, values in times.items():
-        seconds = statistics.median(values)
-        rates[name] = args.copies / seconds * 60
-        table.add_row(name, f"{seconds:.1f}", f"{rates[name]:.1f}")
+        seconds, cpu = statistics.median(values), statistics.median(cpus[name])
+        rates[name], capacities[name] = args.copies / seconds * 60, args.copies / cpu * 60 * cores
+        table.add_row(name, f"{seconds:.1f}", f"{rates[name]:.1f}", f"{cpu:.1f}", f"{capacities[name]:.1f}")
     Console().print(table)
-    Console().print(f"speed-up: {rates['this checkout'] / rates[args.before]:.2f}x")
+    Console().print(
+        f"speed-up: {rates['this checkout'] / rates[args.before]:.2f}x in wall time, "
+        f"{capacities['this checkout'] / capacities[args.before]:.2f}x in CPU time (less noisy on a busy machine)"
+    )
 
 
 if __name__ == "__main__":
