@@ -174,6 +174,27 @@ def test_a_warm_scan_killed_by_a_signal_is_unreadable_and_the_next_scan_reads(as
         warm.close()
 
 
+def test_a_warm_process_that_dies_mid_scan_is_the_staffs_error_not_a_hang(assignment, tmp_path):
+    """The warm process killed (the kernel's OOM killer, say) while its child scans: the grader hears its end at
+    once, not at the scan's time limit, and the next scan starts a new one."""
+    warm = Scanner()
+    try:
+        scan_bounded(reference_job(assignment), scanner=warm)
+        server = warm.process.pid
+        thread, answer = scan_in_thread(warm, job_with(assignment, tmp_path, "large", LARGE))
+        wait_for(lambda: children(server))
+        killed = time.monotonic()
+        os.kill(server, signal.SIGKILL)
+        thread.join(60)
+        assert time.monotonic() - killed < 1.0
+        assert isinstance(answer.get("error"), RuntimeError), answer
+        assert str(answer["error"]) == "the grader's scan failed: its warm process ended (exit code -9)"
+        assert scan_bounded(reference_job(assignment), scanner=warm) == scan_bounded(reference_job(assignment))
+        assert warm.process.pid != server
+    finally:
+        warm.close()
+
+
 def test_each_scan_runs_in_a_fork_the_warm_process_never_parses(assignment, tmp_path):
     """The warm process's own peak memory stays where it was while a file that takes hundreds of MiB to parse
     is scanned: the syntax tree lived in a child, gone with it, so nothing of it reaches the next scan."""
