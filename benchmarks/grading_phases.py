@@ -41,7 +41,7 @@ STEPS = [
     (sandbox.Server, "__init__", "start the grading server (not waiting for it)"),
     (sandbox.Server, "ready", "wait until the server is ready (it imports torch)"),
     (grade, "stage", "stage the submission"),
-    (fromscratch, "scan_bounded", "static scan (a Python process of its own)"),
+    (fromscratch, "scan_bounded", "static scan (a fork of the worker's warm scan process)"),
     (grade, "write_inputs", "write the cases' inputs"),
     (sandbox.Worker, "hand_over", "hand the job's folder over"),
     (sandbox, "run_phase", "the two phases, public then hidden: a child each, the submission's import, the cases"),

@@ -40,6 +40,7 @@ from cs_basics.harness.rule.fromscratch import student_files as student_files  #
 from cs_basics.harness.rule.glue import GLUE
 from cs_basics.harness.rule.record import recording
 from cs_basics.harness.rule.scan import Unreadable
+from cs_basics.harness.rule.scanprocess import Scanner
 
 PACKAGE = Path(__file__).resolve().parents[2]  # the grader's own cs_basics
 
@@ -292,7 +293,8 @@ def run_submission(assignment: Assignment, submission: Path, cases: list[Case], 
         notes += taken.notes
         if taken.refused:
             raise Ungradable(taken.refused, notes)
-        found = static_breaches(assignment, folder / "code", notes, frozenset(worker.limits.released))
+        released = frozenset(worker.limits.released)
+        found = static_breaches(assignment, folder / "code", notes, released, worker.scanner)
         to_run = [c for c in cases if not found.get(c.problem)]
         hidden = [c for c in to_run if c.hidden]
         write_inputs(assignment, [c for c in to_run if not c.hidden], folder)
@@ -320,11 +322,15 @@ def run_submission(assignment: Assignment, submission: Path, cases: list[Case], 
 
 
 def static_breaches(
-    assignment: Assignment, code: Path, notes: list[str], released: frozenset[str] = frozenset()
+    assignment: Assignment,
+    code: Path,
+    notes: list[str],
+    released: frozenset[str] = frozenset(),
+    scanner: Scanner | None = None,
 ) -> dict[str, str | None]:
-    """Each problem's breach of the rule found by reading the staged code (in a bounded process), or its
-    hold for the staff's review unless `released`."""
-    rule = FromScratch(assignment, code, released)
+    """Each problem's breach of the rule found by reading the staged code (in a bounded process: a fork of
+    the worker's warm `scanner` where it has one), or its hold for the staff's review unless `released`."""
+    rule = FromScratch(assignment, code, released, scanner)
     try:
         return {name: rule.static_breach(name) for name in assignment.problems}
     except Unreadable as err:

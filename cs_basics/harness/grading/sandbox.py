@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING
 
 from cs_basics.harness.grading.limits import Limits
 from cs_basics.harness.portable import fork_server_runs, is_root, open_unfollowed, skipped, unix_module
+from cs_basics.harness.rule.scanprocess import Scanner
 
 if TYPE_CHECKING:
     import torch
@@ -444,6 +445,7 @@ class Worker:
         if self.spawns:
             install_tool(self.root)
         self.server: Server | None = None
+        self.scanner = None if self.spawns else Scanner()  # started at its first scan; a fresh Python where none
         self.jobs = 0
         self.attempts = 0
         self.hide: list[str] = []  # folders no job may see besides the course's (a batch's folder of submissions)
@@ -563,6 +565,8 @@ class Worker:
         remove_tree(folder)
 
     def close(self) -> None:
+        if self.scanner is not None:
+            self.scanner.close()
         if self.uid is None:
             self.end_processes()  # through the server, while it is there
         if self.server is not None:

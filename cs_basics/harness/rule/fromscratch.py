@@ -11,11 +11,7 @@ the attention beside it calls a built-in.
 
 from __future__ import annotations
 
-import json
-import pickle
 import re
-import subprocess
-import sys
 import threading
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -33,12 +29,8 @@ from cs_basics.harness.rule.record import (
     recording,
     student_predicate,
 )
-from cs_basics.harness.rule.scan import STACK_BYTES, Construct, Unreadable, Use
-
-SCAN_MEMORY = 1 << 30  # the scan's process: real code of 5 MiB (the largest graded) parses in about 250 MiB
-SCAN_SECONDS = 60.0  # real code of 5 MiB parses in about 5 s on a loaded 2-core machine
-WINDOWS_CRASH = 0xC0000000  # exit statuses from here up are NTSTATUS codes of a process Windows ended (a crash)
-HARNESS_ROOT = Path(__file__).resolve().parents[3]  # the grader's own cs_basics (never the student's) is below
+from cs_basics.harness.rule.scan import Construct, Use
+from cs_basics.harness.rule.scanprocess import Scanner, scan_bounded, scan_result, start_scan
 
 # cs_basics's tooling, not the student's: the grader stages its own copy over the submission's and
 # never scans it, in this assignment and in any later one that grades the student's cs_basics
@@ -161,6 +153,7 @@ class FromScratch:
         return StudentFrames(self.code, is_student)
 
     released: frozenset[str] = frozenset()  # problems the staff read and released from a hold
+    scanner: Scanner | None = field(default=None, repr=False, compare=False)  # a grading worker's warm scan process
     _reading: tuple[threading.Thread, dict] | None = field(default=None, init=False, repr=False, compare=False)
 
     def read_in_background(self) -> None:
@@ -199,7 +192,7 @@ class FromScratch:
         return answer["found"]
 
     def _scan(self) -> dict[str, tuple[list[Use], list[Construct]]]:
-        return scan_bounded(self._job())
+        return scan_bounded(self._job(), scanner=self.scanner)
 
     def _job(self) -> dict:
         return {
@@ -240,40 +233,3 @@ class FromScratch:
         if breach or problem in self.released:
             return breach
         return hold_message(problem, self.held.get(problem, []))
-
-
-def scan_bounded(job: dict, memory: int = SCAN_MEMORY, seconds: float = SCAN_SECONDS) -> dict:
-    """scan.scan(job) in a fresh Python of its own (no torch, no threads of the grader's), its address space
-    limited to `memory` and its time to `seconds`: whatever the student's code holds, the grading process
-    parses none of it. Raises Unreadable when the code cannot be read within these bounds."""
-    return scan_result(*start_scan(job, memory), seconds)
-
-
-def start_scan(job: dict, memory: int = SCAN_MEMORY) -> tuple[subprocess.Popen, bytes]:
-    """The scan's process, started, and the job it is to read on its standard input."""
-    start = (
-        f"import sys; sys.path.insert(0, {str(HARNESS_ROOT)!r}); from cs_basics.harness.rule.scan import main; main()"
-    )
-    pipes = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
-    process = subprocess.Popen([sys.executable, "-I", "-c", start], cwd="/", **pipes)
-    return process, json.dumps(job | {"memory": memory + STACK_BYTES}).encode()
-
-
-def scan_result(process: subprocess.Popen, job: bytes, seconds: float = SCAN_SECONDS) -> dict:
-    """What the scan's process found, once it ended (killed past `seconds`)."""
-    try:
-        stdout, stderr = process.communicate(job, timeout=seconds)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.communicate()
-        raise Unreadable(f"reading it took the grader over {seconds:.0f} s") from None
-    if process.returncode < 0:  # killed (a stack overflow, say): the code made the grader's reader fail
-        raise Unreadable(f"the grader's reader of it was killed by signal {-process.returncode}")
-    if process.returncode >= WINDOWS_CRASH:  # the same on Windows: an exception code (0xC00000FD, a stack overflow)
-        raise Unreadable(f"the grader's reader of it crashed (exception 0x{process.returncode:X})")
-    if process.returncode != 0:
-        raise RuntimeError(f"the grader's scan failed:\n{stderr.decode(errors='replace')[-4000:]}")
-    result = pickle.loads(stdout)
-    if "unreadable" in result:
-        raise Unreadable(result["unreadable"])
-    return result["found"]

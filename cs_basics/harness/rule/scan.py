@@ -610,11 +610,11 @@ def scan(job: dict) -> dict[str, tuple[list[Use], list[Construct]]]:
     return found
 
 
-def main() -> None:
-    """The scan in a process of its own (fromscratch.scan_bounded starts it): the job as JSON on stdin, the
-    result pickled on stdout, {"uses": ...} or {"unreadable": why}. Its memory is bounded before it reads
-    a byte of the student's code."""
-    job = json.load(sys.stdin)
+def bounded_scan(job: dict) -> dict:
+    """scan(job) within the scan's bounds, in this process (fresh: main's Python, or a fork of the warm scan
+    process, scanserver.py): its address space limited to job["memory"] before it reads a byte of the student's
+    code, the recursion and the stack the visitors need, in a thread of its own. {"found": ...} or
+    {"unreadable": why}; a bug raises."""
     resource = unix_module("resource")  # Windows has none: portable.scan_notes says the scan runs without it
     if resource is not None:
         try:
@@ -635,8 +635,18 @@ def main() -> None:
             result["unreadable"] = "it is nested too deeply to read"
         except MemoryError:
             result["unreadable"] = "it needs more memory to read than the grader gives"
+        except BaseException as err:  # a bug, not a verdict: raised again in the caller's thread
+            result["error"] = err
 
     thread = threading.Thread(target=work)
     thread.start()
     thread.join()
-    sys.stdout.buffer.write(pickle.dumps(result))
+    if "error" in result:
+        raise result["error"]
+    return result
+
+
+def main() -> None:
+    """The scan in a fresh Python of its own (scanprocess.start_scan starts it): the job as JSON on stdin, the
+    result pickled on stdout, {"found": ...} or {"unreadable": why}."""
+    sys.stdout.buffer.write(pickle.dumps(bounded_scan(json.load(sys.stdin))))
