@@ -492,7 +492,11 @@ def exit_now(status: int) -> None:
     of CPU a process), is skipped."""
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
-        stream.flush()
+        try:  # None where the stream was closed when Python started; a pipe whose reader left raises
+            if stream is not None:
+                stream.flush()
+        except (OSError, ValueError):  # as the interpreter's own teardown: output lost is an exit status of 120
+            status = status or 120
     os._exit(status)
 
 

@@ -83,6 +83,29 @@ def test_one_grading_starts_the_server_before_it_imports_torch(tmp_path):
     assert "status 0 torch imported when the server started: [False]" in done.stdout, done.stdout + done.stderr[-3000:]
 
 
+def test_cs_basics_grade_exits_with_its_status_when_its_stdout_is_closed(tmp_path):
+    """`cs-basics grade` ends with os._exit after flushing its streams (cli.exit_now): a stdout closed before it
+    started (sys.stdout None) still gives the command's own status, not a traceback's 1."""
+    command = '"$0" -m cs_basics.cli grade --submission "$1" >&-'
+    missing = str(tmp_path / "no such folder")
+    done = subprocess.run(["bash", "-c", command, sys.executable, missing], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 2 and "no such file or folder" in done.stderr, done.stderr[-3000:]
+
+
+def test_output_lost_at_exit_is_a_failed_exit(tmp_path):
+    """Output that cannot be written at the end (a pipe whose reader left) fails the command, with the status
+    the interpreter's own teardown gives (120), and without a traceback."""
+    read, write = os.pipe()
+    os.close(read)
+    script = "from cs_basics.cli import exit_now\nprint('graded')\nexit_now(0)"
+    with os.fdopen(write, "wb") as stdout:
+        environment = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # the output waits for exit
+        done = subprocess.run(
+            [sys.executable, "-c", script], cwd=ROOT, env=environment, stdout=stdout, stderr=subprocess.PIPE
+        )
+    assert done.returncode == 120 and b"Traceback" not in done.stderr, done.stderr[-3000:]
+
+
 @needs_root
 def test_killing_by_uid_never_forks_the_grader_where_setpriv_is_there(monkeypatch):
     """setpriv takes the uid, so Python's child does not: subprocess may use vfork instead of copying the
