@@ -26,7 +26,7 @@ from collections import defaultdict  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from cs_basics.harness.config import Assignment  # noqa: E402
-from cs_basics.harness.grading import command, grade, sandbox  # noqa: E402
+from cs_basics.harness.grading import command, formats, grade, sandbox  # noqa: E402
 from cs_basics.harness.grading.limits import Limits  # noqa: E402
 from cs_basics.harness.rule import fromscratch  # noqa: E402
 
@@ -50,7 +50,7 @@ STEPS = [
     (sandbox.Worker, "clean_up", "clean up the job's folder"),
     (grade, "verdict", "compare (verdicts)"),
     (sandbox.Worker, "close", "close the worker (its server, its uid)"),
-    (command, "write_results", "write results.json (a placeholder first)"),
+    (formats.Output, "write", "write results.json (a placeholder first)"),
 ]
 
 
