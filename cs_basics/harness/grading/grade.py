@@ -171,11 +171,23 @@ def stage(assignment: Assignment, submission: Path, code: Path, overlay: Overlay
         target = code / rel
         shutil.rmtree(target, ignore_errors=True) if target.is_dir() else target.unlink(missing_ok=True)
     if overlay is None:
-        with tempfile.TemporaryDirectory() as tmp:
-            Overlay.make(assignment, Path(tmp) / "overlay").lay_over(code)
+        copy_overlaid(assignment, code)
     else:
         overlay.lay_over(code)
     return taken
+
+
+def copy_overlaid(assignment: Assignment, folder: Path) -> None:
+    """Copy what grading lays over a submission's code into `folder`: the staff's code, the grader's tooling,
+    the course's test modules, each Python file with its bytecode."""
+    overlays = [(assignment.root / rel, folder / rel) for rel in assignment.staff_code]
+    overlays += [(PACKAGE.parent / rel, folder / rel) for rel in TOOLING]
+    for source, target in overlays:
+        copy_regular(source, target)
+    for module in [*case_modules(assignment), assignment.adapters_module]:
+        package = module_package(assignment, module)
+        for source in package.rglob("*.py"):  # code only: never a fixture
+            copy_trusted(source, folder / source.relative_to(assignment.root))
 
 
 @dataclass
@@ -193,14 +205,7 @@ class Overlay:
 
     @classmethod
     def make(cls, assignment: Assignment, folder: Path, link: bool = False) -> Overlay:
-        overlays = [(assignment.root / rel, folder / rel) for rel in assignment.staff_code]
-        overlays += [(PACKAGE.parent / rel, folder / rel) for rel in TOOLING]
-        for source, target in overlays:
-            copy_regular(source, target)
-        for module in [*case_modules(assignment), assignment.adapters_module]:
-            package = module_package(assignment, module)
-            for source in package.rglob("*.py"):  # code only: never a fixture
-                copy_trusted(source, folder / source.relative_to(assignment.root))
+        copy_overlaid(assignment, folder)
         folders = sorted((p.relative_to(folder) for p in folder.rglob("*") if p.is_dir()), key=lambda p: len(p.parts))
         files = [p.relative_to(folder) for p in folder.rglob("*") if p.is_file()]
         return cls(folder, folders, files, link)

@@ -248,7 +248,7 @@ def run_child(job: dict, progress: int, output: int) -> None:
                 set_death_signal()
             student = os.fork()
             if student:
-                relay(student, kept and kept[0])
+                relay(student, kept[0] if kept else None)
             if kept is not None:
                 os.close(kept[1])
             set_death_signal()
