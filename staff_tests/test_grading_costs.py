@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from cs_basics.harness.grading import sandbox
+from cs_basics.harness.grading import worker as worker_module
 from cs_basics.harness.grading.grade import grade, stage
 from cs_basics.harness.grading.sandbox import Limits, Worker, named_libraries
 
@@ -136,7 +137,7 @@ def test_a_submission_ends_the_jobs_processes_once_after_each_phase(assignment, 
     read); cleaning up, none is left and no job started since, so no third time."""
     kills = []
     kill = sandbox.kill_uid
-    monkeypatch.setattr(sandbox, "kill_uid", lambda uid: kills.append(time.monotonic()) or kill(uid))
+    monkeypatch.setattr(worker_module, "kill_uid", lambda uid: kills.append(time.monotonic()) or kill(uid))
     with Worker(None, Limits()) as worker:
         result = grade(assignment, submission(tmp_path), torch.device("cpu"), worker=worker)
         assert sum(scores(result).values()) == pytest.approx(6)

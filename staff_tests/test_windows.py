@@ -20,6 +20,7 @@ from cs_basics.harness import portable
 from cs_basics.harness.config import Assignment
 from cs_basics.harness.course.handout import build
 from cs_basics.harness.grading import sandbox
+from cs_basics.harness.grading import worker as worker_module
 from cs_basics.harness.grading.grade import grade
 from cs_basics.harness.grading.limits import Limits
 from cs_basics.harness.grading.results import results_json
@@ -253,7 +254,7 @@ def test_bench_on_a_cpu_without_proc_times_both_and_says_why_memory_is_empty(mon
 def spawning_worker():
     """A worker of the fallback sandbox as on a machine without the fork server (Windows, macOS)."""
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(sandbox, "fork_server_runs", lambda: False)
+        patch.setattr(worker_module, "fork_server_runs", lambda: False)
         with sandbox.Worker("fallback", Limits(case_seconds=20, released=(SOFTMAX, ATTENTION))) as worker:
             assert worker.spawns
             yield worker

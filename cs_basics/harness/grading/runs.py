@@ -1,0 +1,266 @@
+"""The run of one submission's cases: children one after another until each case has a run, the public
+phase before the hidden one, the outputs read back once every process of the job is gone."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import time
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from cs_basics.harness.grading.attempts import ChildLog
+from cs_basics.harness.grading.limits import Limits
+from cs_basics.harness.grading.stopping import STOP, StaffError, stop_reason
+from cs_basics.harness.portable import open_unfollowed
+
+if TYPE_CHECKING:
+    import torch
+
+    from cs_basics.harness.grading.worker import Worker
+    from cs_basics.harness.rule.record import Record
+# torch, and what imports it, only where a job's results are read: `cs-basics grade` starts the grading server
+# (which imports torch) before it imports torch itself, so that the two imports run side by side
+
+OUTPUT_FILE_LIMIT = 16 << 20  # the largest outputs file read back
+
+UNREPORTED = "your code's result for this case could not be reported (its message was too long?); the other cases ran"
+
+
+@dataclass
+class CaseRun:
+    outputs: dict | None = None
+    error: str | None = None  # what went wrong, for the student
+    seconds: float = 0.0
+    record: Record | None = None  # the forbidden operators the case ran, as the child saw them
+    printed: str = ""  # a hidden case's: what the code printed while it ran (not in the submission's output)
+
+
+def run_once(worker: Worker, job: dict, cases: list[str], state: RunState) -> tuple[list[str], bool]:
+    """One child over `cases`; fills `state.runs` for the cases it reached. Returns the unreached ones,
+    and whether a fresh child should take them (not after an import failure, the total limit or a stop)."""
+    limits = worker.limits
+    attempt = worker.attempt(job | {"cases": cases}, state.log_for(cases[0]))
+    current, started = None, time.monotonic()
+    deadline = min(started + limits.import_seconds, state.stop_at)
+    remaining = list(cases)
+    try:
+        for event in attempt.events(lambda: deadline):  # noqa: B023 (late binding wanted: the deadline moves)
+            if event is None and attempt.hoarded:
+                return state.hoarded(remaining, current, attempt.hoard.limit >> 20)
+            if event is None:  # a limit passed, or the grader is stopping
+                return state.out_of_time(remaining, current, started)
+            kind, case = event.get("event"), event.get("case")
+            if kind == "staff_error" and state.hidden:  # every check for the staff passed before the public cases:
+                why = f"the process running your code stopped: {event.get('message', '')}"  # this may hold hidden data
+                state.halt(remaining, why)
+                return [], False
+            if kind == "staff_error":
+                raise StaffError(str(event.get("message", "")))
+            if kind == "import_error":
+                state.halt(remaining, f"your code failed to import:\n{event.get('message', '')}")
+                return [], False
+            if kind == "ready":
+                deadline = state.stop_at
+            elif kind in ("start", "finished") and current is not None:  # its report was lost (a line too long)
+                state.fail([current], UNREPORTED)
+                remaining.remove(current)
+                current = None
+            if kind == "start" and case in remaining:
+                attempt.drain()  # what was printed so far belongs to the case before (or to the import)
+                attempt.log = state.log_for(case)
+                current, started = case, time.monotonic()
+                deadline = min(started + limits.case_seconds, state.stop_at)
+            elif kind in ("done", "error") and case == current:
+                state.finish(case, event, time.monotonic() - started)
+                remaining.remove(case)
+                current, deadline = None, state.stop_at
+            elif kind == "finished":
+                attempt.finished = True
+                break
+        attempt.end()
+        flooded = attempt.lines.budget <= 0
+        if flooded:
+            why = (
+                f"your code wrote over {limits.progress_mb} MiB to the grader's progress pipe, which it stopped reading"
+            )
+            state.halt(remaining, why)
+            return [], False
+        if remaining and current is not None:  # the pipe closed mid-case: the interpreter died
+            state.fail([current], f"the Python process running your code {attempt.how} during this case")
+            remaining.remove(current)
+        elif remaining:
+            state.halt(remaining, f"the Python process running your code {attempt.how} before it ran")
+            return [], False
+        return remaining, True
+    finally:
+        attempt.end()
+
+
+@dataclass
+class RunState:
+    """What the attempts at one submission's cases have found so far."""
+
+    problems: dict[str, str]  # case id -> its problem
+    limits: Limits
+    stop_at: float
+    log: ChildLog
+    runs: dict[str, CaseRun] = field(default_factory=dict)
+    timeouts: dict[str, list[str]] = field(default_factory=dict)  # problem -> its cases that ran out of time
+    hidden: bool = False  # whether the children now run hidden cases
+    printed: dict[str, ChildLog] = field(default_factory=dict)  # hidden case -> what was printed while it ran
+    halted: str | None = None  # why no fresh child may take the cases left (an import failure, a limit, a stop)
+
+    def log_for(self, case: str) -> ChildLog:
+        """Where what the children print while `case` runs goes: the submission's output until the hidden
+        cases, then each hidden case's own."""
+        return self.printed.setdefault(case, ChildLog(self.log.limit)) if self.hidden else self.log
+
+    def fail(self, cases: list[str], error: str) -> None:
+        for case in cases:
+            self.runs[case] = CaseRun(error=error)
+
+    def halt(self, cases: list[str], error: str) -> None:
+        """Fail `cases`, and every case after them, for a reason no fresh child would change."""
+        self.fail(cases, error)
+        self.halted = error
+
+    def finish(self, case: str, event: dict, seconds: float) -> None:
+        from cs_basics.harness.rule.record import Record
+
+        record = Record.from_json(event.get("record", {}))
+        if event.get("event") == "done":
+            self.runs[case] = CaseRun(outputs={}, seconds=seconds, record=record)  # read once the child is gone
+        else:
+            error = f"your code raised {event.get('message')}\n{event.get('traceback', '')}"
+            self.runs[case] = CaseRun(error=error, seconds=seconds, record=record)
+
+    def hoarded(self, remaining: list[str], current: str | None, limit_mb: int) -> tuple[list[str], bool]:
+        """The job's uid held more than `limit_mb` in the shared temporary folders, where what it wrote stays
+        until the submission's end: its case fails, and no other case runs."""
+        why = f"your code wrote over {limit_mb} MiB to /tmp, /var/tmp and /dev/shm"
+        if current is None:  # while importing
+            self.fail(remaining, why)
+            return [], False
+        self.fail([current], why)
+        self.fail([case for case in remaining if case != current], f"not run: {why} during case {current}")
+        return [], False
+
+    def out_of_time(self, remaining: list[str], current: str | None, started: float) -> tuple[list[str], bool]:
+        """Mark what a passed limit (or a stop) cost; return the cases a fresh child may still take."""
+        if STOP.is_set():
+            self.halt(remaining, f"not run: grading was stopped ({stop_reason()})")
+            return [], False
+        total = time.monotonic() >= self.stop_at
+        why = f"the submission's total time limit ({self.limits.total_seconds:.0f} s) ran out"
+        if current is None:
+            self.halt(
+                remaining, why if total else f"importing the submission took over {self.limits.import_seconds:.0f} s"
+            )
+            return [], False
+        if total:
+            self.halt(remaining, why)
+            return [], False
+        why = f"the case ran over its time limit of {self.limits.case_seconds:.0f} s (an endless loop?)"
+        self.timeouts.setdefault(self.problems[current], []).append(current)
+        self.runs[current] = CaseRun(error=why, seconds=time.monotonic() - started)
+        return [c for c in remaining if c != current], True
+
+    def skip_stuck_problems(self, cases: list[str]) -> list[str]:
+        """Cases of a problem whose function already failed to return `timeouts_per_problem` times are not run."""
+        left = []
+        for case in cases:
+            stuck = self.timeouts.get(self.problems[case], [])
+            if len(stuck) >= self.limits.timeouts_per_problem:
+                self.runs[case] = CaseRun(error=f"not run: your function did not return on cases {' and '.join(stuck)}")
+            else:
+                left.append(case)
+        return left
+
+
+def run_cases(
+    worker: Worker,
+    job: dict,
+    cases: list[str],
+    problems: dict[str, str],
+    hidden: Collection[str] = (),
+    hand_over_hidden: Callable[[], None] = lambda: None,
+) -> tuple[dict[str, CaseRun], str]:
+    """Run every public case, then (`hand_over_hidden` writing their inputs only then) every hidden case,
+    in children; read their outputs only once every child is gone. Returns the runs and what the
+    children printed before the first hidden input existed."""
+    limits = worker.limits
+    state = RunState(problems, limits, time.monotonic() + limits.total_seconds, ChildLog(limits.output_kb * 1024))
+    try:
+        run_phase(worker, job, [c for c in cases if c not in hidden], state)
+        later = [c for c in cases if c in hidden]
+        if later:
+            state.hidden = True
+            if state.halted is not None:  # an import failure or a limit: the same for the hidden cases
+                state.fail(later, state.halted)
+            else:
+                hand_over_hidden()
+                run_phase(worker, job, later, state)
+    finally:
+        worker.clean_up(Path(job["dir"]))
+    for case, log in state.printed.items():
+        state.runs[case].printed = log.text()
+    return state.runs, state.log.text()
+
+
+def run_phase(worker: Worker, job: dict, cases: list[str], state: RunState) -> None:
+    """`cases` in one child after another until each has a run; then every process of the job ended and
+    the outputs of `cases` read (a process left could otherwise change them later)."""
+    if not cases:
+        return
+    remaining, retry = list(cases), True
+    while remaining and retry:
+        remaining = state.skip_stuck_problems(remaining)
+        if remaining:
+            remaining, retry = run_once(worker, job | {"id": worker.next_id()}, remaining, state)
+    state.fail(remaining, "not run: an earlier failure stopped the submission's process")
+    worker.end_processes()  # nothing of the job may still write while the outputs are read
+    for name in cases:
+        run = state.runs[name]
+        if run.error is None:
+            run.outputs, run.error = read_outputs(Path(job["dir"]) / "out" / f"{name}.safetensors")
+
+
+def read_outputs(path: Path) -> tuple[dict | None, str | None]:
+    """The child's outputs, rebuilt on their devices; never following links, never unbounded."""
+    try:
+        fd = open_unfollowed(path)
+    except OSError as err:
+        return None, f"your code's outputs could not be read back ({err.strerror})"
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None, "your code's outputs could not be read back (not a regular file)"
+        data = f.read(OUTPUT_FILE_LIMIT + 1)
+    if len(data) > OUTPUT_FILE_LIMIT:
+        return None, f"your code's outputs are over {OUTPUT_FILE_LIMIT >> 20} MiB"
+    from safetensors.torch import load
+
+    try:
+        tensors = load(data)
+        meta = json.loads(_metadata(data)["outputs"])
+        return {key: _rebuild(key, m, tensors) for key, m in meta.items()}, None
+    except Exception as err:
+        return None, f"your code's outputs could not be read back ({type(err).__name__}: {err})"
+
+
+def _metadata(data: bytes) -> dict:
+    size = int.from_bytes(data[:8], "little")
+    return json.loads(data[8 : 8 + size]).get("__metadata__", {})
+
+
+def _rebuild(key: str, meta: dict, tensors: dict[str, torch.Tensor]) -> object:
+    import torch
+
+    from cs_basics.harness.compare import Foreign
+
+    if meta["kind"] == "tensor":
+        return tensors[key].to(torch.device(meta["device"]))
+    return Foreign(str(meta["describe"]), str(meta.get("sequence", "")))

@@ -1,0 +1,107 @@
+"""The grader's end of one grading server (zygote.py): started in its sandbox, spoken to over a socket."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from cs_basics.harness.grading.bubblewrap import bubblewrap_view
+from cs_basics.harness.grading.limits import Limits
+from cs_basics.harness.grading.stopping import StaffError
+
+# torch, and what imports it, only where a job's results are read: `cs-basics grade` starts the grading server
+# (which imports torch) before it imports torch itself, so that the two imports run side by side
+
+HERE = Path(__file__).resolve().parent
+
+SERVER_FILES = ("zygote.py", "child.py", "spawned.py")  # spawned.py: the child where there is no fork server
+
+PASSED_ENV = ("CUDA_", "NVIDIA_", "LD_LIBRARY_PATH", "OMP_NUM_THREADS", "MKL_", "ATEN_CPU_CAPABILITY")
+
+PASSED_ENV += ("SYSTEMROOT", "WINDIR")  # Windows: a Python without them cannot start its random source or load DLLs
+
+
+class Server:
+    """The grader's end of one grading server (zygote.py)."""
+
+    def __init__(self, sandbox: str, root: Path, limits: Limits):
+        self.sandbox, self.root, self.limits = sandbox, root, limits
+        tool = install_tool(root)
+        self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        command = [sys.executable, "-I", "-X", "utf8", str(tool / "zygote.py"), str(theirs.fileno())]
+        if sandbox == "bubblewrap":
+            command = self.bubblewrap(command)
+        self.process = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            pass_fds=(theirs.fileno(),),
+            cwd=root,
+            env=server_env(root),
+            start_new_session=True,
+        )
+        theirs.close()
+        self.namespaces: bool | None = None  # whether each job gets namespaces of its own, once the server is ready
+
+    def ready(self) -> Server:
+        """The server, once it said it is ready (it imports torch meanwhile: the grader need not wait for it)."""
+        if self.namespaces is None:
+            ready = self.receive(self.limits.import_seconds)
+            if not ready or not ready.get("ready"):
+                self.close()
+                raise StaffError(
+                    f"the grading server did not start in {self.limits.import_seconds:.0f} s ({self.sandbox})"
+                )
+            self.namespaces = bool(ready.get("namespaces"))
+        return self
+
+    def bubblewrap(self, command: list[str]) -> list[str]:
+        sandbox = [shutil.which("bwrap"), "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-net"]
+        view = bubblewrap_view([str(self.root)], self.limits.tmp_mb)
+        sandbox += ["--unshare-ipc", "--unshare-uts", *view, "--chdir", str(self.root)]
+        if os.geteuid() != 0:  # an ordinary user: a user namespace, in which the server may make more
+            sandbox += ["--unshare-user", "--uid", "0", "--gid", "0", "--cap-add", "ALL"]
+        return [*sandbox, "--", *command]
+
+    def send(self, message: dict, fds: tuple[int, ...] = ()) -> None:
+        socket.send_fds(self.sock, [json.dumps(message).encode()], list(fds))
+
+    def receive(self, timeout: float) -> dict | None:
+        """The next message; None if none came in time; {"gone": True} when the server has ended."""
+        ready, _, _ = select.select([self.sock], [], [], max(timeout, 0))
+        if not ready:
+            return None
+        try:
+            data = self.sock.recv(1 << 16)
+        except OSError:
+            data = b""
+        return json.loads(data) if data else {"gone": True}
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.close()
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(timeout=10)
+
+
+def install_tool(root: Path) -> Path:
+    """The server's and the child's files, copied to `root`/tool (the job may not see the course's repository)."""
+    tool = root / "tool"
+    tool.mkdir(exist_ok=True)
+    for name in SERVER_FILES:
+        shutil.copyfile(HERE / name, tool / name)
+    return tool
+
+
+def server_env(root: Path) -> dict[str, str]:
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(root), "PYTHONHASHSEED": "0"}
+    return env | {k: v for k, v in os.environ.items() if k.startswith(PASSED_ENV)}

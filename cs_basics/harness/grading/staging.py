@@ -1,0 +1,140 @@
+"""Staging a submission for its job: the student's code taken within the course's bounds, with the staff's
+code, the grader's tooling and the course's test modules laid over it (copied, or linked from a worker's
+`Overlay`), each trusted Python file with its bytecode."""
+
+from __future__ import annotations
+
+import functools
+import os
+import py_compile
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from cs_basics.harness.config import Assignment
+from cs_basics.harness.grading import intake
+from cs_basics.harness.rule.fromscratch import TOOLING
+
+PACKAGE = Path(__file__).resolve().parents[2]  # the grader's own cs_basics
+
+
+def copy_regular(src: Path, dst: Path) -> None:
+    """Copy the grader's own files and folders (trusted: never a submission's, see intake.py)."""
+    if src.is_symlink():
+        return
+    if src.is_dir():
+        dst.mkdir(parents=True, exist_ok=True)
+        for child in src.iterdir():
+            if child.name != "__pycache__":
+                copy_regular(child, dst / child.name)
+    elif src.is_file():
+        copy_trusted(src, dst)
+
+
+def copy_trusted(src: Path, dst: Path) -> None:
+    """Copy one of the grader's or the course's files; a Python file with its bytecode beside it."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(src, dst)
+    if dst.suffix == ".py":
+        stat = src.stat()
+        pyc = dst.parent / "__pycache__" / f"{dst.stem}.{sys.implementation.cache_tag}.pyc"
+        pyc.parent.mkdir(exist_ok=True)
+        pyc.write_bytes(bytecode(src, stat.st_mtime_ns, stat.st_size))
+
+
+@functools.cache
+def bytecode(source: Path, mtime_ns: int, size: int) -> bytes:
+    """A trusted file's bytecode, compiled once per process (per version of the file) and used unchecked (PEP
+    552): each job's child imports the staged harness and cases without compiling them again, twice a
+    submission. Written where the job's uid may not write (hand_over); importing fixes the code's file name."""
+    with tempfile.TemporaryDirectory() as tmp:
+        target = Path(tmp) / "compiled.pyc"
+        mode = py_compile.PycInvalidationMode.UNCHECKED_HASH
+        py_compile.compile(str(source), cfile=str(target), doraise=True, invalidation_mode=mode)
+        return target.read_bytes()
+
+
+def module_package(assignment: Assignment, module: str) -> Path:
+    return assignment.root / module.split(".")[0]
+
+
+def take(assignment: Assignment, submission: Path) -> intake.Intake:
+    """The submission's student code, within the course's bounds, less what grading lays over it."""
+    overlaid = [*assignment.staff_code, *TOOLING]
+    bounds = intake.Bounds.of(assignment.table)
+    return intake.take(assignment.root, assignment.student_code, overlaid, submission, bounds)
+
+
+def stage(assignment: Assignment, submission: Path, code: Path, overlay: Overlay | None = None) -> intake.Intake:
+    """The submission's student code (what `take` takes), the staff's code and the grader's own tooling
+    over it, and the course's test modules (`overlay`, made once for a worker's jobs; else made here).
+    Returns what was taken, left out or refused."""
+    taken = take(assignment, submission)
+    if taken.refused:
+        return taken
+    intake.copy_taken(taken, code)
+    for rel in [*assignment.staff_code, *TOOLING]:  # what the submission has there never runs
+        target = code / rel
+        shutil.rmtree(target, ignore_errors=True) if target.is_dir() else target.unlink(missing_ok=True)
+    if overlay is None:
+        copy_overlaid(assignment, code)
+    else:
+        overlay.lay_over(code)
+    return taken
+
+
+def copy_overlaid(assignment: Assignment, folder: Path) -> None:
+    """Copy what grading lays over a submission's code into `folder`: the staff's code, the grader's tooling,
+    the course's test modules, each Python file with its bytecode."""
+    overlays = [(assignment.root / rel, folder / rel) for rel in assignment.staff_code]
+    overlays += [(PACKAGE.parent / rel, folder / rel) for rel in TOOLING]
+    for source, target in overlays:
+        copy_regular(source, target)
+    for module in [*case_modules(assignment), assignment.adapters_module]:
+        package = module_package(assignment, module)
+        for source in package.rglob("*.py"):  # code only: never a fixture
+            copy_trusted(source, folder / source.relative_to(assignment.root))
+
+
+@dataclass
+class Overlay:
+    """The staff's code, the grader's tooling and the course's test modules, with their bytecode, copied once
+    into `folder` and laid over each job's code: linked where the job runs as a uid of its own (which may read
+    these files but neither write nor remove them: they are the grader's, mode 644, in the grader's folders),
+    copied elsewhere (a job that runs as the grader's own user could write a link, and with it every later job's
+    copy). A link is one directory entry; a copy, a new file written (about 120 of them a job)."""
+
+    folder: Path
+    folders: list[Path]  # relative to `folder`, parents first
+    files: list[Path]
+    link: bool = False
+
+    @classmethod
+    def make(cls, assignment: Assignment, folder: Path, link: bool = False) -> Overlay:
+        copy_overlaid(assignment, folder)
+        folders = sorted((p.relative_to(folder) for p in folder.rglob("*") if p.is_dir()), key=lambda p: len(p.parts))
+        files = [p.relative_to(folder) for p in folder.rglob("*") if p.is_file()]
+        return cls(folder, folders, files, link)
+
+    def lay_over(self, code: Path) -> None:
+        for rel in self.folders:
+            (code / rel).mkdir(parents=True, exist_ok=True)
+        for rel in self.files:
+            target = code / rel
+            target.unlink(missing_ok=True)  # a student's file at the same path (an adapters module): ours runs
+            if self.link:
+                try:
+                    os.link(self.folder / rel, target)
+                    continue
+                except OSError:  # a file system without links, or another one: copy this file and the rest
+                    self.link = False
+            shutil.copyfile(self.folder / rel, target)
+
+
+def case_modules(assignment: Assignment) -> list[str]:
+    modules = [assignment.table.get("cases", "tests.cases")]
+    if assignment.hidden_dir is not None:
+        modules.append(f"{assignment.hidden_dir.name}.cases")
+    return modules

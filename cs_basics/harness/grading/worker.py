@@ -1,0 +1,199 @@
+"""A worker: one grading server and one uid of its own, reused for one submission after another."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from cs_basics.harness.grading.attempts import Attempt, ChildLog, SpawnedAttempt
+from cs_basics.harness.grading.bubblewrap import choose_sandbox
+from cs_basics.harness.grading.leases import kill_uid, lease_uid
+from cs_basics.harness.grading.limits import Limits
+from cs_basics.harness.grading.litter import Hoard, remove_litter, remove_tree
+from cs_basics.harness.grading.server import Server, install_tool
+from cs_basics.harness.grading.stopping import StaffError
+from cs_basics.harness.portable import fork_server_runs, is_root, skipped, unix_module
+from cs_basics.harness.rule.scanprocess import Scanner
+
+if TYPE_CHECKING:
+    from cs_basics.harness.grading.staging import Overlay
+
+# installed libraries the grading server loads only once a job's code names one (speed only): einx's torch
+# backend imports torch._dynamo, as long to import as torch itself, and most submissions never use einx
+WARM_ON_REQUEST = ("einx",)
+
+
+def named_libraries(files: list[Path]) -> list[str]:
+    """The libraries of WARM_ON_REQUEST whose name is in the student's files (read within intake's bounds)."""
+    texts = [path.read_bytes() for path in files]
+    return [name for name in WARM_ON_REQUEST if any(name.encode() in text for text in texts)]
+
+
+class Worker:
+    """A grading server and a uid of its own (leased for the worker's life, so that no other grader on the
+    machine takes it), reused for one submission after another."""
+
+    def __init__(self, sandbox: str | None = None, limits: Limits | None = None, namespaces: bool = True):
+        self.sandbox = choose_sandbox(sandbox)
+        self.namespaces = namespaces  # False: as where the kernel refuses them (for tests of that case)
+        self.limits = limits or Limits()
+        self.spawns = not fork_server_runs()  # Windows, macOS: a fresh Python per attempt (SpawnedAttempt)
+        self.uid, self.lease = lease_uid() if is_root() and not self.spawns else (None, None)
+        self.root = Path(tempfile.mkdtemp(prefix="cs-basics-grade-"))
+        self.root.chmod(0o711)  # the job's uid passes through to its own folder
+        if self.spawns:
+            install_tool(self.root)
+        self.server: Server | None = None
+        self.scanner = None if self.spawns else Scanner()  # started at its first scan; a fresh Python where none
+        self.jobs = 0
+        self.attempts = 0
+        self.hide: list[str] = []  # folders no job may see besides the course's (a batch's folder of submissions)
+        self.overlays: dict[Path, Overlay] = {}  # course root -> the files laid over each job's code (grade.stage)
+        self.none_left = False  # no process of the uid is left, and no job started since (known by kill_uid)
+
+    def __enter__(self) -> Worker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def isolated(self) -> bool:
+        """Whether each job gets namespaces of its own (no network, private temporary folders)."""
+        return self.namespaces and not self.spawns and self.ensure_server().namespaces
+
+    def describe(self) -> str:
+        where = "a bubblewrap sandbox" if self.sandbox == "bubblewrap" else "the fallback sandbox (no bubblewrap)"
+        if self.spawns:
+            where += ", a fresh Python per attempt (the fork server needs Linux)"
+        who = f"uid {self.uid}" if self.uid is not None else "the grader's own uid (not root)"
+        if self.spawns:
+            who = "the grader's own user"
+        alone = "its own namespaces (no network, private /tmp)" if self.isolated else "no namespaces of its own"
+        return f"graded in {where}, as {who}, with {alone}"
+
+    def skipped(self) -> list[str]:
+        """The defences this machine cannot give the job (a sentence each, for the grade's notes)."""
+        if not self.spawns:
+            return []
+        notes = [skipped("isolating the code (a uid of its own, namespaces, seccomp)", "Linux", "it runs as you")]
+        if unix_module("resource") is None:
+            notes.append(skipped("limiting the memory and file size of the code's process", "Unix"))
+        return notes
+
+    def attempt(self, job: dict, log: ChildLog) -> Attempt | SpawnedAttempt:
+        """One child over the job's cases: forked by the server, or a fresh Python where there is none."""
+        return SpawnedAttempt(self, job, log) if self.spawns else Attempt(self, job, log)
+
+    def summary(self) -> dict:
+        """Which sandbox, for the results file: {"name": "bubblewrap" or "fallback", "uid", "namespaces"}."""
+        return {"name": self.sandbox, "uid": self.uid, "namespaces": self.isolated}
+
+    def next_id(self) -> int:
+        self.attempts += 1
+        return self.attempts
+
+    def new_job_dir(self) -> Path:
+        self.jobs += 1
+        folder = self.root / "jobs" / str(self.jobs)
+        for sub in ("code", "inputs", "out", "work"):
+            (folder / sub).mkdir(parents=True)
+        os.chmod(folder.parent, 0o711)
+        return folder
+
+    def hand_over(self, folder: Path) -> None:
+        """As root: the job's uid may write only its out/ and work/ folders."""
+        for path in (folder, *folder.rglob("*")):
+            mode = 0o755 if path.is_dir() else 0o644
+            try:
+                os.chmod(path, mode, follow_symlinks=False)
+            except NotImplementedError:  # Windows (Python < 3.13): a link is left alone by looking first
+                if not path.is_symlink():
+                    os.chmod(path, mode)
+        if self.uid is not None:
+            for sub in ("out", "work"):
+                os.chown(folder / sub, self.uid, self.uid)
+
+    def start(self) -> Worker:
+        """Start the grading server now, without waiting for it (it imports torch while the grader goes on).
+        Where there is no fork server (Windows, macOS), each attempt starts its own Python instead: nothing to start."""
+        if self.server is None and not self.spawns:
+            self.server = Server(self.sandbox, self.root, self.limits)
+        return self
+
+    def ensure_server(self) -> Server:
+        if self.server is None or self.server.process.poll() is not None:
+            if self.server is not None:
+                self.server.close()
+            self.server = Server(self.sandbox, self.root, self.limits)
+        return self.server.ready()
+
+    def end_processes(self, wait: bool = True) -> None:
+        """Every process of this worker's jobs, gone: by their uid as root; else through the server, the
+        subreaper of every process a job leaves (a grader that is not root has no uid to kill by), waiting
+        for it to say so unless a job's attempt is still listening to it."""
+        if self.uid is not None:
+            self.none_left = kill_uid(self.uid)
+        elif self.server is not None:
+            sweep = self.next_id()
+            with contextlib.suppress(OSError):
+                self.server.send({"op": "sweep", "id": sweep})
+                deadline = time.monotonic() + 10
+                while wait and time.monotonic() < deadline:
+                    message = self.server.receive(deadline - time.monotonic())
+                    if message is None or message.get("gone") or message.get("swept") == sweep:
+                        break
+
+    def end_job(self, job_id: int) -> None:
+        """Every process of the job, gone."""
+        self.end_processes(wait=False)  # the job's attempt reads the server's messages
+        if self.server is not None:
+            with contextlib.suppress(OSError):
+                self.server.send({"op": "kill", "id": job_id})
+
+    def watch_hoard(self) -> Hoard | None:
+        """Where the jobs have no namespaces, so no bounded temporary folders of their own: a watch on their uid."""
+        return Hoard(self.uid, self.limits.tmp_mb) if self.uid is not None and not self.isolated else None
+
+    def clean_up(self, folder: Path) -> None:
+        """After a submission: nothing of it left running or lying around."""
+        if not self.none_left:  # else none is left since its last phase, and no job started since
+            self.end_processes()
+        if self.uid is not None and not self.isolated:  # with namespaces its temporary folders went with it
+            remove_litter(self.uid)
+        remove_tree(folder)
+
+    def close(self) -> None:
+        if self.scanner is not None:
+            self.scanner.close()
+        if self.uid is None:
+            self.end_processes()  # through the server, while it is there
+        if self.server is not None:
+            self.server.close()
+            self.server = None
+        if self.uid is not None:
+            kill_uid(self.uid)
+        if self.lease is not None:  # only once nothing of its jobs is left: the next holder starts clean
+            self.lease.close()
+            self.lease = None
+        remove_tree(self.root)
+
+
+@contextlib.contextmanager
+def started_worker(sandbox: str | None, limits: Limits) -> Iterator[Worker | None]:
+    """A worker whose grading server starts now, before the grader imports torch (`cs-basics grade`: the two
+    imports run side by side); None where it cannot start here, and grading then says why as it always did."""
+    try:
+        worker = Worker(sandbox, limits)
+    except (ValueError, StaffError):
+        worker = None
+    if worker is None:
+        yield None
+        return
+    with worker:
+        yield worker.start()
