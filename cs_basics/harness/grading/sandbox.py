@@ -42,7 +42,7 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cs_basics.harness.grading.limits import Limits
+from cs_basics.harness.grading.limits import Limits, out_of_memory
 from cs_basics.harness.portable import fork_server_runs, is_root, open_unfollowed, skipped, unix_module
 from cs_basics.harness.rule.scanprocess import Scanner
 
@@ -593,12 +593,15 @@ class Attempt:
         progress_r, progress_w = os.pipe()
         output_r, output_w = os.pipe()
         worker.none_left = False
-        self.server.send({"op": "run", "job": job}, (progress_w, output_w))
+        self.how: str | None = None  # set once the job's process has ended
+        try:
+            self.server.send({"op": "run", "job": job}, (progress_w, output_w))
+        except OSError:  # the server died since it was found alive (the OOM killer): the job's cases get a verdict
+            self.how = "was stopped with the grading server"
         os.close(progress_w)
         os.close(output_w)
         self.fds = {progress_r: "progress", output_r: "output"}
         self.lines = Lines(worker.limits.progress_line_kb << 10, worker.limits.progress_mb << 20)
-        self.how: str | None = None  # set once the job's process has ended
         self.hoard = worker.watch_hoard()
         self.hoarded = False  # its uid held more than tmp_mb in the shared temporary folders
         self.finished = False  # the child said it ran every case and is ending
@@ -620,7 +623,8 @@ class Attempt:
                 if fd is self.server.sock:
                     self.hear()
                     continue
-                yield from self.read(fd)
+                if fd in self.fds:  # else drain() read it to its end meanwhile (a child killed as a case started)
+                    yield from self.read(fd)
 
     def read(self, fd: int) -> Iterator[dict]:
         data = os.read(fd, 65536)
@@ -909,6 +913,8 @@ class RunState:
             self.runs[case] = CaseRun(outputs={}, seconds=seconds, record=record)  # read once the child is gone
         else:
             error = f"your code raised {event.get('message')}\n{event.get('traceback', '')}"
+            if hungry := out_of_memory(str(event.get("message")), self.limits.memory_mb):
+                error = f"{hungry}\n{error}"
             self.runs[case] = CaseRun(error=error, seconds=seconds, record=record)
 
     def hoarded(self, remaining: list[str], current: str | None, limit_mb: int) -> tuple[list[str], bool]:
