@@ -184,7 +184,12 @@ def add_grade_options(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="where the submission's code runs (default $CS_BASICS_SANDBOX, else bubblewrap where it runs)",
     )
-    parser.add_argument("--memory-mb", type=int, default=4096, help="memory limit of the student's process, 0: none")
+    parser.add_argument(
+        "--memory-mb",
+        type=int,
+        default=4096,
+        help="what the student's code may allocate in MiB, 0: no limit; lowered to what the container leaves",
+    )
     parser.add_argument(
         "--tmp-mb",
         type=positive,

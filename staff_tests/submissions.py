@@ -64,3 +64,11 @@ def fingerprint(*folders: Path) -> dict[str, str]:
         for p in sorted(folder.rglob("*"))
         if p.is_file() and "__pycache__" not in p.parts
     }
+
+
+def keeps_memory(tmp: Path, mb: int = 300, name: str = "hungry") -> Path:
+    """A submission whose attention keeps `mb` MiB more at each call (an inefficient honest one does the
+    same): past a container's memory its problem must lose, and the grader still finish with a verdict.
+    Its softmax is the reference's, and the attention's memory never reaches it: softmax must score."""
+    body = f"_kept.append(torch.ones({mb} << 18))  # {mb} MiB of float32, kept for good\n"
+    return submission(tmp, "_kept = []\n\n\n" + wrap_attention(body), name=name)

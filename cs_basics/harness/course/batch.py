@@ -78,7 +78,7 @@ def grade_many(
     todo, skipped = [p for p in planned if not p.skip], [p for p in planned if p.skip]
     rows = [score_row(p.submission.name, read_results(p.results)) for p in skipped]
     what = f"{len(planned)} submissions" + (f" (shard {shard} of {folder})" if shard else "")
-    limits = dataclasses.replace(limits_from(args), threads=max(1, len(os.sched_getaffinity(0)) // workers))
+    limits = dataclasses.replace(limits_from(args, workers), threads=max(1, len(os.sched_getaffinity(0)) // workers))
     device, queue, lock, failures, warming = choose_device(args.device), list(todo), Lock(), [], Lock()
 
     def take() -> Planned | None:

@@ -28,7 +28,9 @@ VENV = "/opt/cs-basics/.venv"  # the image's environment (the locked dependencie
 DEFAULT_IMAGE = "DOCKERHUB_USER/cs-basics-grader:latest"
 TIMEOUT = 180  # seconds PrairieLearn gives a grading job (its most: 600)
 TOTAL_SECONDS = 150  # the grader's own limit, inside PrairieLearn's: the results file is always written in time
-MEMORY_MB = 1536  # the student's process, inside PrairieLearn's 2 GiB container
+MEMORY_MB = (
+    1280  # what the student's code may allocate: PrairieLearn's 2 GiB less the grader's 680 MiB (limits.py) is 1368
+)
 
 RUN = f"""#!/bin/sh
 # PrairieLearn runs this for each submission, as root, in the course's grading image: it grades the

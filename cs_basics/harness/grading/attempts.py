@@ -80,12 +80,15 @@ class Attempt:
         progress_r, progress_w = os.pipe()
         output_r, output_w = os.pipe()
         worker.none_left = False
-        self.server.send({"op": "run", "job": job}, (progress_w, output_w))
+        self.how: str | None = None  # set once the job's process has ended
+        try:
+            self.server.send({"op": "run", "job": job}, (progress_w, output_w))
+        except OSError:  # the server died since it was found alive (the OOM killer): the job's cases get a verdict
+            self.how = "was stopped with the grading server"
         os.close(progress_w)
         os.close(output_w)
         self.fds = {progress_r: "progress", output_r: "output"}
         self.lines = Lines(worker.limits.progress_line_kb << 10, worker.limits.progress_mb << 20)
-        self.how: str | None = None  # set once the job's process has ended
         self.hoard = worker.watch_hoard()
         self.hoarded = False  # its uid held more than tmp_mb in the shared temporary folders
         self.finished = False  # the child said it ran every case and is ending
@@ -107,7 +110,8 @@ class Attempt:
                 if fd is self.server.sock:
                     self.hear()
                     continue
-                yield from self.read(fd)
+                if fd in self.fds:  # else drain() read it to its end meanwhile (a child killed as a case started)
+                    yield from self.read(fd)
 
     def read(self, fd: int) -> Iterator[dict]:
         data = os.read(fd, 65536)

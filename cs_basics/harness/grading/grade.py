@@ -156,6 +156,7 @@ def run_submission(assignment: Assignment, submission: Path, cases: list[Case], 
     notes = [
         worker.describe(),
         *worker.skipped(),
+        *worker.limits.notes,
         *scan_notes(),
         *[n for n in [protect_hidden(assignment, worker)] if n],
     ]

@@ -3,7 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import re
 from dataclasses import dataclass
+
+from cs_basics.harness.cgroup import CgroupMemory, own_memory
+
+# What the grader holds besides the submission's code, for fitting the code's limit into the memory the
+# machine gives (docs/benchmarks.md, "Memory"): the grader and each worker's grading server import torch,
+# about 300 MiB of their own each (torch 2.15's native start-up and its Python objects), beside the pages
+# of torch's libraries they share and the scan process; one grading of the reference peaked at 633 MiB.
+GRADER_MB = 340
+SERVER_MB = 340  # each worker: its grading server and scan process, and what a child copies of the server's pages
+CODE_FLOOR_MB = 64  # the least a submission's code is given, whatever the container: below it correct code fails
 
 
 @dataclass(frozen=True)
@@ -12,7 +24,9 @@ class Limits:
     import_seconds: float = 120.0  # importing the submission (and the device's start-up)
     total_seconds: float = 270.0  # the whole submission: any submission is graded in under 5 minutes
     timeouts_per_problem: int = 2  # after this many cases of a problem ran out of time, its other cases are not run
-    memory_mb: int = 4096  # RLIMIT_DATA: torch imports in well under 1 GiB
+    # what the submission's code may allocate (RLIMIT_DATA, counted from the fork server's own data, which
+    # its process inherits); lowered to what the container's memory leaves (within_memory)
+    memory_mb: int = 4096
     file_mb: int = 64  # the largest file the child may write
     tmp_mb: int = 512  # what the job's /tmp, /var/tmp, /dev/shm and working folder hold together (memory)
     output_kb: int = 64  # how much of the child's stdout and stderr is kept
@@ -26,15 +40,53 @@ class Limits:
     # not a limit, but what the staff decided: problems whose code they read and released from a hold
     # (`--release PROBLEM`: code that reaches into the interpreter is graded like any other)
     released: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()  # what fitting the limits to the machine changed, for the grade's notes
 
 
-def limits_from(args: argparse.Namespace) -> Limits:
-    """The limits `cs-basics grade`'s options give."""
-    return Limits(
-        case_seconds=args.case_seconds,
-        total_seconds=args.total_seconds,
-        memory_mb=args.memory_mb,
-        tmp_mb=args.tmp_mb,
-        timeouts_per_problem=args.timeouts_per_problem,
-        released=tuple(getattr(args, "release", None) or ()),
+def limits_from(args: argparse.Namespace, workers: int = 1) -> Limits:
+    """The limits `cs-basics grade`'s options give, within the memory this machine gives `workers` gradings."""
+    return within_memory(
+        Limits(
+            case_seconds=args.case_seconds,
+            total_seconds=args.total_seconds,
+            memory_mb=args.memory_mb,
+            tmp_mb=args.tmp_mb,
+            timeouts_per_problem=args.timeouts_per_problem,
+            released=tuple(getattr(args, "release", None) or ()),
+        ),
+        own_memory(),
+        workers,
     )
+
+
+def within_memory(limits: Limits, memory: CgroupMemory | None, workers: int = 1) -> Limits:
+    """`limits`, the code's memory lowered to what the cgroup's limit leaves once the grader and `workers`
+    grading servers have theirs: past that limit the kernel's OOM killer ends a process, the grader's as
+    readily as the code's, and the submission gets no grade at all. The staff's lower limit stays."""
+    if memory is None or memory.limit_mb is None:
+        return limits
+    room = GRADER_MB + workers * SERVER_MB
+    fits = max((memory.limit_mb - room) // workers, CODE_FLOOR_MB)
+    if limits.memory_mb and limits.memory_mb <= fits:
+        return limits
+    why = f"the memory this runs in ({memory.limit_mb} MiB, cgroup {memory.folder}) less the grader's {room} MiB"
+    note = f"the code's memory limit is {fits} MiB, not {limits.memory_mb or 'none'}: {why}"
+    if fits * workers + room > memory.limit_mb:
+        note += (
+            f"; that leaves too little, so the code keeps {CODE_FLOOR_MB} MiB and the grading may be killed: "
+            f"give it at least {room + workers * CODE_FLOOR_MB} MiB"
+        )
+    return dataclasses.replace(limits, memory_mb=fits, notes=(*limits.notes, note))
+
+
+# how running out of memory reads where the code's limit stopped an allocation: Python's MemoryError, torch's
+# CPU allocator, numpy's
+OUT_OF_MEMORY = re.compile(r"^MemoryError\b|can't allocate memory|Unable to allocate|Cannot allocate memory")
+
+
+def out_of_memory(message: str, memory_mb: int) -> str | None:
+    """The sentence for a case whose error (`message`, "Type: text") says an allocation failed under the code's
+    memory limit; None for any other error."""
+    if not memory_mb or not OUT_OF_MEMORY.search(message):
+        return None
+    return f"your code used more than {memory_mb} MiB of memory, the limit of the process running it"

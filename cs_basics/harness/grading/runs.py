@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cs_basics.harness.grading.attempts import ChildLog
-from cs_basics.harness.grading.limits import Limits
+from cs_basics.harness.grading.limits import Limits, out_of_memory
 from cs_basics.harness.grading.stopping import STOP, StaffError, stop_reason
 from cs_basics.harness.portable import open_unfollowed
 
@@ -136,6 +136,8 @@ class RunState:
             self.runs[case] = CaseRun(outputs={}, seconds=seconds, record=record)  # read once the child is gone
         else:
             error = f"your code raised {event.get('message')}\n{event.get('traceback', '')}"
+            if hungry := out_of_memory(str(event.get("message")), self.limits.memory_mb):
+                error = f"{hungry}\n{error}"
             self.runs[case] = CaseRun(error=error, seconds=seconds, record=record)
 
     def hoarded(self, remaining: list[str], current: str | None, limit_mb: int) -> tuple[list[str], bool]:

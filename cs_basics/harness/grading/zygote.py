@@ -167,14 +167,25 @@ def enter_namespaces(job: dict) -> bool:
 
 def limit(job: dict) -> None:
     limits = job["limits"]
-    if limits.get("memory_mb"):
-        size = limits["memory_mb"] << 20
+    if limits.get("memory_mb"):  # what the code may allocate beyond this server's data, which the child inherits
+        size = data_bytes() + (limits["memory_mb"] << 20)
         resource.setrlimit(resource.RLIMIT_DATA, (size, size))
+    with contextlib.suppress(OSError):  # where memory runs out all the same, the OOM killer ends this job first
+        Path("/proc/self/oom_score_adj").write_text("1000")
     size = min(limits["file_mb"], limits["tmp_mb"]) << 20  # without namespaces, all that bounds a file there
     resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     if job.get("uid") is not None:
         resource.setrlimit(resource.RLIMIT_NPROC, (limits["processes"], limits["processes"]))
+
+
+def data_bytes() -> int:
+    """What RLIMIT_DATA counts of this process now (VmData: its private writable memory); 0 where unknown."""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmData:"):
+                return int(line.split()[1]) << 10
+    return 0
 
 
 def become(uid: int | None) -> None:
@@ -427,6 +438,8 @@ def main() -> None:
     sock = socket.socket(fileno=int(sys.argv[1]))
     set_death_signal()  # the grader gone, so is this server (and, through theirs, every child)
     signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+    with contextlib.suppress(OSError):  # where memory runs out with no job left to end, this server goes (the
+        Path("/proc/self/oom_score_adj").write_text("500")  # grader starts another), not the grader
     warm_up()
     CHILD.append(load("child"))
     try:

@@ -1,0 +1,292 @@
+"""The grader lives within the memory it is given (issue 35).
+
+The limit a container engine sets is a memory cgroup's: read here from fake cgroup trees of both
+versions, then fitted into the submission's own limit with room for the grader. The end-to-end test
+grades, in a memory cgroup of 768 MiB made for it (Gradescope's default), a submission that keeps
+300 MiB per call: without the fit, the kernel's OOM killer ended the grader and every test said
+"grading did not finish".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from cs_basics.harness.cgroup import CgroupMemory, cgroup_memory
+from cs_basics.harness.config import Assignment
+from cs_basics.harness.grading.grade import grade
+from cs_basics.harness.grading.limits import CODE_FLOOR_MB, GRADER_MB, SERVER_MB, Limits, out_of_memory, within_memory
+from cs_basics.harness.grading.sandbox import Attempt, ChildLog, Lines, Worker
+
+from .submissions import ROOT, keeps_memory
+
+MiB = 1 << 20
+V1_NO_LIMIT = "9223372036854771712"  # what cgroup v1 writes for no limit (4 KiB pages)
+
+
+def mountinfo(*mounts: tuple[str, Path, str, str]) -> str:
+    """/proc/self/mountinfo's lines for (the cgroup it shows, where, type, options)."""
+    return "".join(
+        f"{30 + n} 23 0:{40 + n} {root} {point} rw,relatime - {kind} {kind} {options}\n"
+        for n, (root, point, kind, options) in enumerate(mounts)
+    )
+
+
+def cgroup_files(folder: Path, files: dict[str, str]) -> Path:
+    """A fake cgroup's folder: each file's name and its text."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (folder / name).write_text(text + "\n")
+    return folder
+
+
+# ---------------------------------------------------------------- reading the limit
+
+
+def test_v2_the_smallest_limit_on_the_way_up_binds(tmp_path: Path) -> None:
+    mount = tmp_path / "cgroup"
+    cgroup_files(mount / "user.slice", {"memory.max": str(768 * MiB), "memory.swap.max": "max"})
+    leaf = cgroup_files(
+        mount / "user.slice/job", {"memory.max": "max", "memory.swap.max": "0", "memory.current": str(5 * MiB)}
+    )
+    found = cgroup_memory("0::/user.slice/job\n", mountinfo(("/", mount, "cgroup2", "rw")))
+    assert found == CgroupMemory(limit=768 * MiB, swap=0, usage=5 * MiB, folder=leaf)
+    assert found.limit_mb == 768
+
+
+def test_v2_max_everywhere_is_no_limit(tmp_path: Path) -> None:
+    mount = tmp_path / "cgroup"
+    cgroup_files(mount / "a", {"memory.max": "max", "memory.current": "123"})
+    found = cgroup_memory("0::/a\n", mountinfo(("/", mount, "cgroup2", "rw")))
+    assert found is not None and found.limit is None and found.limit_mb is None and found.usage == 123
+
+
+def test_v2_in_a_container_with_its_own_cgroup_namespace(tmp_path: Path) -> None:
+    """Docker's default on cgroup v2: the container's cgroup is the mount's root and /proc says "/"."""
+    mount = cgroup_files(tmp_path / "cgroup", {"memory.max": str(2 << 30), "memory.current": "1"})
+    found = cgroup_memory("0::/\n", mountinfo(("/", mount, "cgroup2", "rw")))
+    assert found is not None and found.limit == 2 << 30 and found.folder == mount
+
+
+def test_v1_limit_and_swap(tmp_path: Path) -> None:
+    mount = tmp_path / "memory"
+    cgroup_files(mount / "docker", {"memory.limit_in_bytes": V1_NO_LIMIT})
+    leaf = cgroup_files(
+        mount / "docker/abc",
+        {
+            "memory.limit_in_bytes": str(768 * MiB),
+            "memory.memsw.limit_in_bytes": str(1024 * MiB),
+            "memory.usage_in_bytes": str(7 * MiB),
+        },
+    )
+    proc = "12:pids:/docker/abc\n4:memory:/docker/abc\n0::/\n"
+    found = cgroup_memory(proc, mountinfo(("/", mount, "cgroup", "rw,memory")))
+    assert found == CgroupMemory(limit=768 * MiB, swap=256 * MiB, usage=7 * MiB, folder=leaf)
+
+
+def test_v1_huge_values_are_no_limit(tmp_path: Path) -> None:
+    mount = tmp_path / "memory"
+    files = {"memory.limit_in_bytes": V1_NO_LIMIT, "memory.memsw.limit_in_bytes": V1_NO_LIMIT}
+    cgroup_files(mount / "a", files | {"memory.usage_in_bytes": "1"})
+    found = cgroup_memory("4:memory:/a\n", mountinfo(("/", mount, "cgroup", "rw,memory")))
+    assert found is not None and found.limit is None and found.swap is None
+
+
+def test_v1_a_container_sees_its_own_cgroup_at_the_mount_point(tmp_path: Path) -> None:
+    """Without a cgroup namespace (Docker and podman on cgroup v1), /proc names the host's path, and the
+    mount shows that cgroup at /sys/fs/cgroup/memory; the kernel's hierarchical limit covers the ancestors
+    out of view."""
+    stat = f"cache 0\nhierarchical_memory_limit {512 * MiB}\nhierarchical_memsw_limit {V1_NO_LIMIT}"
+    mount = cgroup_files(
+        tmp_path / "memory", {"memory.limit_in_bytes": V1_NO_LIMIT, "memory.usage_in_bytes": "9", "memory.stat": stat}
+    )
+    proc = "4:memory:/machine.slice/libpod-abc.scope\n"
+    found = cgroup_memory(proc, mountinfo(("/machine.slice/libpod-abc.scope", mount, "cgroup", "rw,memory")))
+    assert found is not None and found.limit == 512 * MiB and found.folder == mount and found.usage == 9
+
+
+def test_a_hybrid_machine_reads_v1s_memory_controller(tmp_path: Path) -> None:
+    """cgroup v2 mounted beside v1 (systemd's hybrid layout) holds no memory controller: v1's limit is the one."""
+    unified = cgroup_files(tmp_path / "unified", {"cgroup.controllers": ""})
+    memory = cgroup_files(tmp_path / "memory" / "job", {"memory.limit_in_bytes": str(300 * MiB)})
+    mounts = mountinfo(("/", unified, "cgroup2", "rw"), ("/", tmp_path / "memory", "cgroup", "rw,memory"))
+    found = cgroup_memory("4:memory:/job\n0::/job\n", mounts)
+    assert found is not None and found.limit == 300 * MiB and found.folder == memory
+
+
+def test_no_memory_cgroup_mounted(tmp_path: Path) -> None:
+    mounts = mountinfo(("/", tmp_path / "cpu", "cgroup", "rw,cpu"))
+    assert cgroup_memory("3:cpu:/\n", mounts) is None
+    assert cgroup_memory("", "") is None
+
+
+# ---------------------------------------------------------------- the code's limit within it
+
+
+def memory(limit_mb: int | None) -> CgroupMemory:
+    return CgroupMemory(None if limit_mb is None else limit_mb * MiB, None, 0, Path("/sys/fs/cgroup"))
+
+
+def test_without_a_limit_the_staffs_memory_stays() -> None:
+    assert within_memory(Limits(memory_mb=4096), memory(None)) == Limits(memory_mb=4096)
+    assert within_memory(Limits(memory_mb=4096), None) == Limits(memory_mb=4096)
+
+
+def test_the_code_gets_what_the_container_leaves_the_grader() -> None:
+    fitted = within_memory(Limits(memory_mb=4096), memory(768))
+    assert fitted.memory_mb == 768 - GRADER_MB - SERVER_MB > 0
+    assert len(fitted.notes) == 1 and "768 MiB" in fitted.notes[0] and "not 4096" in fitted.notes[0]
+    assert "too little" not in fitted.notes[0]
+    unlimited = within_memory(Limits(memory_mb=0), memory(768))  # 0: no limit asked, one given all the same
+    assert unlimited.memory_mb == fitted.memory_mb and "not none" in unlimited.notes[0]
+
+
+def test_the_staffs_lower_limit_wins() -> None:
+    assert within_memory(Limits(memory_mb=50), memory(768)) == Limits(memory_mb=50)
+
+
+def test_each_worker_gets_its_share() -> None:
+    fitted = within_memory(Limits(), memory(4096), workers=3)
+    assert fitted.memory_mb == (4096 - GRADER_MB - 3 * SERVER_MB) // 3
+
+
+def test_a_container_too_small_says_what_to_give() -> None:
+    fitted = within_memory(Limits(), memory(512))
+    assert fitted.memory_mb == CODE_FLOOR_MB
+    assert f"at least {GRADER_MB + SERVER_MB + CODE_FLOOR_MB} MiB" in fitted.notes[0]
+
+
+def test_an_allocation_the_limit_refused_reads_as_memory() -> None:
+    torch_says = (
+        "RuntimeError: [enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: "
+        "you tried to allocate 314572800 bytes. Error code 12 (Cannot allocate memory)"
+    )
+    for message in (torch_says, "MemoryError: ", "_ArrayMemoryError: Unable to allocate 1.2 GiB for an array"):
+        assert (
+            out_of_memory(message, 88)
+            == "your code used more than 88 MiB of memory, the limit of the process running it"
+        )
+    assert out_of_memory("ValueError: shapes do not match", 88) is None
+    assert out_of_memory(torch_says, 0) is None  # no limit: not ours
+
+
+# ---------------------------------------------------------------- a child killed as its case starts
+
+
+def test_a_child_killed_as_a_case_starts_gives_a_verdict_not_ebadf() -> None:
+    """The OOM killer ends the child just after it said a case started: its progress and its output reach
+    their ends in one wake-up of the grader. The grader reads the output to its end for the case before
+    (drain), so the output's descriptor is closed when the loop comes to it: reading it raised EBADF and
+    the grader died (issue 35)."""
+    progress_r, progress_w = os.pipe()
+    output_r, output_w = os.pipe()
+    os.write(progress_w, b'{"event": "start", "case": "c"}\n')
+    os.write(output_w, b"printed before the case\n")
+    for fd in (progress_w, output_w):
+        os.close(fd)
+    assert select.select([progress_r, output_r], [], [], 5)[0] == [progress_r, output_r]
+    attempt = Attempt.__new__(Attempt)  # the pipes of a job, without a server: the job already ended
+    attempt.fds = {progress_r: "progress", output_r: "output"}
+    attempt.lines = Lines(1 << 16, 1 << 20)
+    attempt.log, attempt.how, attempt.hoard, attempt.hoarded = (
+        ChildLog(1 << 16),
+        "was killed by signal SIGKILL",
+        None,
+        False,
+    )
+    attempt.server = SimpleNamespace(sock=None)  # never listened to: the job has ended
+    events = []
+    for event in attempt.events(lambda: time.monotonic() + 60):
+        events.append(event)
+        if event and event.get("event") == "start":
+            attempt.drain()  # as run_once does when a case starts
+    assert events == [{"event": "start", "case": "c"}]
+    assert attempt.fds == {} and "printed before the case" in attempt.log.text()
+
+
+def test_a_server_dead_before_its_job_is_sent_gives_a_verdict(tmp_path: Path) -> None:
+    """The OOM killer ended the grading server just after the grader found it alive: sending it the job
+    raised BrokenPipeError and the grader died. Now the job's cases get a verdict naming the server."""
+    with Worker(limits=Limits()) as worker:
+        server = worker.start().ensure_server()
+        os.killpg(server.process.pid, signal.SIGKILL)
+        server.process.wait(timeout=30)
+        server.process.poll = lambda: None  # as in the moment before the grader would have seen it end
+        result = grade(Assignment.find(ROOT), keeps_memory(tmp_path, mb=1), torch.device("cpu"), worker=worker)
+    assert result.tests and all(t.score == 0 for t in result.tests)
+    assert all("stopped with the grading server" in t.output for t in result.tests), result.tests[0].output
+
+
+# ---------------------------------------------------------------- end to end, in a memory cgroup of 768 MiB
+
+CONTAINER_MB = 768  # Gradescope's default
+
+
+def memory_cgroup(limit_mb: int) -> Path | None:
+    """A fresh cgroup v1 memory cgroup of `limit_mb` (memory and swap); None where none can be made here."""
+    root = Path("/sys/fs/cgroup/memory")
+    if os.geteuid() != 0 or not (root / "memory.limit_in_bytes").exists():
+        return None
+    group = root / f"cs-basics-test-{uuid.uuid4().hex[:8]}"
+    try:
+        group.mkdir()
+        (group / "memory.limit_in_bytes").write_text(str(limit_mb * MiB))
+        if (group / "memory.memsw.limit_in_bytes").exists():
+            (group / "memory.memsw.limit_in_bytes").write_text(str(limit_mb * MiB))
+    except OSError:
+        with_rmdir(group)
+        return None
+    return group
+
+
+def with_rmdir(group: Path) -> None:
+    for _ in range(100):  # the last processes may take a moment to leave it
+        try:
+            group.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            time.sleep(0.1)
+
+
+def test_a_hungry_submission_loses_its_problem_and_the_grader_finishes(tmp_path: Path) -> None:
+    group = memory_cgroup(CONTAINER_MB)
+    if group is None:
+        pytest.skip("no cgroup v1 memory cgroup can be made here (needs root and /sys/fs/cgroup/memory)")
+    try:
+        results = tmp_path / "results.json"
+        command = [sys.executable, "-m", "cs_basics.cli", "grade", "--project", str(ROOT)]
+        command += ["--submission", str(keeps_memory(tmp_path)), "--results", str(results), "--quiet"]
+        done = subprocess.run(
+            command,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=240,
+            preexec_fn=lambda: (group / "cgroup.procs").write_text(str(os.getpid())),
+        )
+        peak_mb = int((group / "memory.max_usage_in_bytes").read_text()) >> 20
+    finally:
+        with_rmdir(group)
+    assert done.returncode == 0, (done.returncode, done.stderr[-3000:])
+    tests = json.loads(results.read_text())["tests"]
+    softmax = [t for t in tests if t["name"].startswith("test_softmax")]
+    attention = [t for t in tests if "attention" in t["name"]]
+    assert softmax and all(t["score"] == t["max_score"] for t in softmax), softmax
+    limit = CONTAINER_MB - GRADER_MB - SERVER_MB
+    assert attention and all(t["score"] == 0 for t in attention)
+    assert all(f"your code used more than {limit} MiB of memory" in t["output"] for t in attention), attention[0]
+    assert f"the code's memory limit is {limit} MiB" in done.stderr
+    assert peak_mb <= CONTAINER_MB
