@@ -473,3 +473,16 @@ def test_the_classroom_workflow_tells_the_staff_to_leave_classrooms_own_autograd
     header = [line for line in classroom.workflow(assignment).splitlines() if line.startswith("#")]
     assert any("leave autograding off" in line for line in header), header
     assert any("over this file" in line for line in header), header
+
+
+def test_prairielearns_grader_carries_the_path_dependency_and_puts_it_on_pythonpath(tmp_path):
+    """The image installs none of the course's code (`--no-install-local`): run.sh finds the carried harness."""
+    example = Assignment.find(ROOT / "examples" / "multihead_attention")
+    out = tmp_path / "pl"
+    prairielearn.build(example, out)
+    grader = out / "serverFilesCourse" / prairielearn.GRADER
+    assert (grader / "path_dependencies" / "cs-basics" / "cs_basics" / "cli.py").is_file()
+    assert 'PYTHONPATH="$PWD/path_dependencies/cs-basics' in (grader / "run.sh").read_text()
+    assert "--no-install-local" in (out / "Dockerfile").read_text()
+    assert (out / "uv.lock").read_text() == (grader / "uv.lock").read_text()  # the image's lock names it there
+    assert "PYTHONPATH" not in prairielearn.RUN  # a course without one keeps its run.sh
