@@ -486,3 +486,26 @@ def test_prairielearns_grader_carries_the_path_dependency_and_puts_it_on_pythonp
     assert "--no-install-local" in (out / "Dockerfile").read_text()
     assert (out / "uv.lock").read_text() == (grader / "uv.lock").read_text()  # the image's lock names it there
     assert "PYTHONPATH" not in prairielearn.RUN  # a course without one keeps its run.sh
+
+
+def test_a_grader_built_earlier_inside_the_repository_reaches_neither_the_handout_nor_the_next_bundle(tmp_path):
+    """`cs-basics autograder autograder.zip` at the repository's root (as the docs once said), the zip unpacked
+    to build an image, PrairieLearn's files: each holds the hidden cases, and none is ignored by git."""
+    course = tmp_path / "course"
+    for rel in repository_files(ROOT):
+        if (ROOT / rel).is_file():
+            (course / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / rel, course / rel)
+    subprocess.run(["git", "init", "-q"], cwd=course, check=True)  # every file untracked, as new outputs are
+    assignment = Assignment.find(course)
+    bundle.build(assignment, course / "autograder.zip")
+    with zipfile.ZipFile(course / "autograder.zip") as zf:
+        zf.extractall(course / "grader")
+    prairielearn.build(assignment, course / "pl")
+    handed_out = set(handout.handout_files(assignment)[0])
+    shipped = set(bundle.grader_files(assignment))
+    stray = {Path("autograder.zip"), Path("grader"), Path("pl")}
+    for files in (handed_out, shipped):
+        assert not [p for p in files if stray & {p, *p.parents}], sorted(map(str, files))
+    assert not [p for p in handed_out if "hidden" in p.parts]
+    assert Path("hidden/cases.py") in shipped and Path("cs_basics/nn/functional.py") in handed_out

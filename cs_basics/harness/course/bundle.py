@@ -25,9 +25,9 @@ from cs_basics.harness.config import Assignment
 from cs_basics.harness.course.handout import (
     ALWAYS_LEFT_OUT,
     Content,
+    course_files,
     handout_files,
     pyproject_without,
-    repository_files,
 )
 from cs_basics.harness.course.setup_script import SETUP
 from cs_basics.harness.grading.upload import WRITTEN_KEY, written_files
@@ -57,7 +57,7 @@ def grader_files(assignment: Assignment) -> dict[Path, Content]:
     files, _ = handout_files(assignment)
     files.pop(Path(".github/workflows/classroom.yml"), None)
     kept = [*([assignment.table["hidden"]] if "hidden" in assignment.table else []), *assignment.staff_code]
-    for rel in repository_files(root):
+    for rel in course_files(root):
         inside = any(rel == Path(k) or rel.is_relative_to(k) for k in kept)
         if inside and (root / rel).is_file() and not ALWAYS_LEFT_OUT & set(rel.parts):
             files[rel] = root / rel
@@ -132,7 +132,7 @@ def dependency_files(where: Path, course: Path) -> dict[Path, Content]:
     if table is not None:
         return handout_files(Assignment(where, table))[0]
     files: dict[Path, Content] = {}
-    for rel in repository_files(where):
+    for rel in course_files(where):
         if (
             (where / rel).is_file()
             and not ALWAYS_LEFT_OUT & set(rel.parts)

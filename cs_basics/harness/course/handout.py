@@ -24,7 +24,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import tomllib
 import xml.etree.ElementTree as ET
+import zipfile
 from pathlib import Path
 
 import torch
@@ -111,8 +113,41 @@ def repository_files(root: Path) -> list[Path]:
 
 
 def left_out(assignment: Assignment, path: Path) -> bool:
-    excluded = {*assignment.handout_exclude, *([assignment.table["hidden"]] if "hidden" in assignment.table else [])}
-    return bool(ALWAYS_LEFT_OUT & set(path.parts)) or any(path == Path(e) or path.is_relative_to(e) for e in excluded)
+    hidden = assignment.table.get("hidden")
+    excluded = {*assignment.handout_exclude, *([hidden] if hidden else [])}
+    if ALWAYS_LEFT_OUT & set(path.parts) or (hidden and hidden in path.parts[:-1]):
+        return True  # a copy of the hidden folder anywhere (PrairieLearn's serverFilesCourse/...) is hidden too
+    return any(path == Path(e) or path.is_relative_to(e) for e in excluded)
+
+
+def course_files(root: Path) -> list[Path]:
+    """The repository's files less the copies of a course built earlier and left in it (git ignores none of
+    them): a folder below the root with its own [tool.cs-basics] or `run_autograder` (a handout, PrairieLearn's
+    files, a zip unpacked to build an image), or a bundle's zip. They hold the hidden cases."""
+    files = repository_files(root)
+    copies = {rel.parent for rel in files if rel.parent != Path(".") and holds_a_course(root / rel)}
+    return [rel for rel in files if not copies & set(rel.parents) and not is_bundle_zip(root / rel)]
+
+
+def holds_a_course(path: Path) -> bool:
+    if path.name == "run_autograder":
+        return True
+    if path.name != "pyproject.toml":
+        return False
+    try:
+        return "cs-basics" in tomllib.loads(path.read_text()).get("tool", {})
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return False
+
+
+def is_bundle_zip(path: Path) -> bool:
+    if path.suffix != ".zip":
+        return False
+    try:
+        with zipfile.ZipFile(path) as zf:
+            return "run_autograder" in zf.namelist()
+    except (OSError, zipfile.BadZipFile):
+        return False
 
 
 def handout_pyproject(text: str, assignment: Assignment) -> str:
@@ -150,7 +185,7 @@ def handout_files(assignment: Assignment) -> tuple[dict[Path, Content], list[str
     students |= {p for p in STUDY_SOLUTIONS if (root / p).is_file()}
     files: dict[Path, Content] = {}
     removed: list[str] = []
-    for rel in repository_files(root):
+    for rel in course_files(root):
         if left_out(assignment, rel) or not (root / rel).is_file():
             continue
         if rel in students:
