@@ -117,14 +117,15 @@ def cmd_handout(args: argparse.Namespace) -> int:
     assignment = Assignment.find(args.project)
     out = args.out.resolve()
     try:
-        removed = handout.build(assignment, out)
+        removed = handout.build(assignment, out, force=args.force)
     except handout.HandoutError as err:
         print(f"cs-basics handout: {err}", file=sys.stderr)
         return 2
     print(f"wrote the handout to {out} ({len(removed)} solution lines cut)")
     if args.no_check:
         return 0
-    print("checking it: no solution line, `uv run pytest` fails every graded test, grades 0 and 6 ...")
+    most = handout.max_score(assignment)
+    print(f"checking it: no solution line, `uv run pytest` fails every graded test, grades 0 and {most:g} ...")
     problems = handout.check(assignment, out, removed)
     for problem in problems:
         print(f"cs-basics handout: {problem}", file=sys.stderr)
@@ -140,7 +141,7 @@ def cmd_autograder(args: argparse.Namespace) -> int:
     if args.platform == "prairielearn":
         try:
             files = prairielearn.build(assignment, args.out, args.image)
-        except prairielearn.PrairieLearnError as err:
+        except (prairielearn.PrairieLearnError, bundle.BundleError) as err:
             print(f"cs-basics autograder: {err}", file=sys.stderr)
             return 2
         print(
@@ -150,7 +151,11 @@ def cmd_autograder(args: argparse.Namespace) -> int:
         if args.image == prairielearn.DEFAULT_IMAGE:
             print(f"cs-basics autograder: name your image with --image (info.json says {args.image})", file=sys.stderr)
         return 0
-    names = bundle.build(assignment, args.out)
+    try:
+        names = bundle.build(assignment, args.out)
+    except bundle.BundleError as err:
+        print(f"cs-basics autograder: {err}", file=sys.stderr)
+        return 2
     print(f"wrote {args.out}: setup.sh, run_autograder and {len(names) - 2} course files")
     return 0
 
@@ -460,6 +465,7 @@ def build_parser() -> argparse.ArgumentParser:
     handout = sub.add_parser("handout", help="cut the student handout from this solution repository, and check it")
     handout.add_argument("out", type=Path, help="a new folder for the handout")
     handout.add_argument("--no-check", action="store_true", help="skip the checks (uv run pytest, grading)")
+    handout.add_argument("--force", action="store_true", help="replace the folder if it exists")
     handout.add_argument("--project", **project)
     handout.set_defaults(func=cmd_handout)
 

@@ -1,7 +1,9 @@
 """The student handout and the Gradescope bundle, built and used as the staff would."""
 
+import contextlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -11,10 +13,24 @@ import zipfile
 from pathlib import Path
 
 import pytest
+import yaml
 
+from cs_basics.cli import main
 from cs_basics.harness.config import Assignment
-from cs_basics.harness.course import bundle
-from cs_basics.harness.course.handout import HandoutError, build, check_readme, check_ruff, cut, handout_pyproject
+from cs_basics.harness.course import bundle, classroom, handout, prairielearn
+from cs_basics.harness.course.handout import (
+    STUDY_SOLUTIONS,
+    HandoutError,
+    build,
+    check_readme,
+    check_ruff,
+    code_lines,
+    cut,
+    handout_pyproject,
+    make_room,
+    repository_files,
+)
+from cs_basics.harness.grading.grade import student_files
 
 from .submissions import ROOT, submission, wrap_attention
 
@@ -85,6 +101,38 @@ def test_handout_command_builds_and_checks_the_starter_repository(tmp_path):
     assert again.returncode == 2 and "already exists" in again.stderr
 
 
+def test_a_second_handout_into_a_folder_is_refused_naming_it_and_force_replaces_it(tmp_path, capsys):
+    out = tmp_path / "handout"
+    command = ["handout", str(out), "--no-check"]
+    assert main(command) == 0
+    (out / "stale.txt").write_text("from the last cut")
+    capsys.readouterr()
+    assert main(command) == 2
+    said = capsys.readouterr().err
+    assert f"cs-basics handout: {out} already exists" in said and "--force" in said, said
+    assert (out / "stale.txt").is_file()  # refused: nothing touched
+    assert main([*command, "--force"]) == 0
+    assert not (out / "stale.txt").exists() and (out / "cs_basics" / "nn" / "functional.py").is_file()
+
+
+def test_force_never_removes_the_folder_that_holds_the_course(tmp_path):
+    course = tmp_path / "course" / "assignment"
+    course.mkdir(parents=True)
+    for out in (course, tmp_path / "course"):
+        with pytest.raises(HandoutError, match="holds the course itself"):
+            make_room(Assignment(course, {}), out, force=True)
+    assert course.is_dir()
+
+
+def test_the_handout_command_names_the_assignments_own_maximum(tmp_path, capsys, monkeypatch):
+    """The example next assignment is worth 5 points: the handout's check says it grades 0 and 5."""
+    monkeypatch.setattr(handout, "check", lambda *args: [])
+    example = ROOT / "examples" / "multihead_attention"
+    assert main(["handout", str(tmp_path / "handout"), "--project", str(example)]) == 0
+    total = sum(p.points for p in Assignment.find(example).problems.values())
+    assert total != 6 and f"grades 0 and {total:g} ..." in capsys.readouterr().out
+
+
 def test_the_handout_checks_catch_a_staff_section_a_solution_import_and_the_threat_model(tmp_path):
     assignment = Assignment.find(ROOT)
     out = tmp_path / "handout"
@@ -108,43 +156,356 @@ def test_the_handout_checks_catch_a_staff_section_a_solution_import_and_the_thre
     assert len(problems) == 1 and "F401" in problems[0] and "itertools" in problems[0]
 
 
+def solution_lines(assignment: Assignment) -> set[str]:
+    """The code lines of the source's `# BEGIN SOLUTION` blocks (the files the handout cuts) that the course's own
+    code has nowhere outside such a block (`return`, `raise ValueError(`, `if mask is None:` are the harness's too)."""
+    cut_files = {p.relative_to(ROOT) for p in student_files(assignment, ROOT)} | STUDY_SOLUTIONS
+    inside, outside = set(), set()
+    for rel in repository_files(ROOT):
+        if rel.suffix != ".py" or rel.parts[0] not in ("cs_basics", "tests", "hidden"):
+            continue
+        text = (ROOT / rel).read_text()
+        if rel in cut_files:
+            kept, removed = cut(text, str(rel))
+            inside |= set(code_lines("".join(removed)))
+            outside |= set(code_lines(kept))
+        else:
+            outside |= set(code_lines(text))
+    return inside - outside
+
+
+def solution_lines_in(files: dict[str, bytes], lines: set[str]) -> list[str]:
+    found = []
+    for name, data in files.items():
+        for line in data.decode(errors="replace").splitlines():
+            if line.strip() in lines:
+                found.append(f"{name}: {line.strip()}")
+    return found
+
+
+LEFT_OUT = ("staff_tests/", "benchmarks/", "docs/", "examples/", ".ci/", "CHANGELOG.md", ".github/")
+
+
+def test_the_grader_ships_no_line_of_the_reference_solution(assignment, tmp_path):
+    """The Gradescope zip and PrairieLearn's files carry the handout's stubs, the hidden cases and the harness:
+    no line of a solution block (the study kernel's included), nothing grading never reads."""
+    lines = solution_lines(assignment)
+    assert len(lines) > 60, sorted(lines)  # both files' blocks: the test can see a leak
+    zipped = tmp_path / "autograder.zip"
+    bundle.build(assignment, zipped)
+    with zipfile.ZipFile(zipped) as zf:
+        shipped = {name: zf.read(name) for name in zf.namelist()}
+    course = tmp_path / "pl"
+    prairielearn.build(assignment, course)
+    written = {p.relative_to(course).as_posix(): p.read_bytes() for p in course.rglob("*") if p.is_file()}
+    for files in (shipped, written):
+        assert solution_lines_in(files, lines) == []
+    prefix = "serverFilesCourse/cs_basics/"
+    grader = {name.removeprefix(prefix) for name in written if name.startswith(prefix)}
+    assert grader == set(shipped) - {"setup.sh", "run_autograder"} | {"run.sh"}
+    assert not [n for n in shipped if n.startswith(LEFT_OUT)], sorted(shipped)
+    assert {"hidden/cases.py", "fixtures/MANIFEST.json", "hidden/fixtures/MANIFEST.json"} <= set(shipped)
+    assert 'hidden = "hidden"' in shipped["pyproject.toml"].decode()
+    assert "handout_readme" not in shipped["pyproject.toml"].decode()
+    # the check itself sees the solution where it is: the repository's own file
+    reference = {"functional.py": (ROOT / "cs_basics" / "nn" / "functional.py").read_bytes()}
+    assert len(solution_lines_in(reference, lines)) > 20
+
+
 def test_autograder_bundle_grades_a_submission_in_a_simulated_autograder_tree(assignment, tmp_path):
-    bundle = tmp_path / "autograder.zip"
+    """Unpacked and set up as Gradescope does, the bundle grades: the reference solution full marks (as a folder and
+    as the one file uploaded), the handout's stub (the bundle's own cs_basics) 0, a crashing attention its softmax."""
+    zipped = tmp_path / "autograder.zip"
     done = subprocess.run(
-        [sys.executable, "-m", "cs_basics.cli", "autograder", str(bundle)], cwd=ROOT, capture_output=True, text=True
+        [sys.executable, "-m", "cs_basics.cli", "autograder", str(zipped)], cwd=ROOT, capture_output=True, text=True
     )
     assert done.returncode == 0, done.stderr
-    with zipfile.ZipFile(bundle) as zf:
-        names = set(zf.namelist())
+    total = sum(p.points for p in assignment.problems.values())
+    with unpacked(zipped) as autograder:
+        names = {p.relative_to(autograder / "source").as_posix() for p in (autograder / "source").rglob("*")}
         assert {"setup.sh", "run_autograder", "pyproject.toml", "uv.lock"} <= names
         assert any(n.startswith("hidden/fixtures/") for n in names) and not any(".venv" in n for n in names)
-        assert (zf.getinfo("run_autograder").external_attr >> 16) & 0o111
-        # a folder other users may enter: as root the grader's child runs under a uid of its own
-        autograder = Path(tempfile.mkdtemp(prefix="cs-basics-autograder-"))
-        try:
-            autograder.chmod(0o755)
+        set_up(autograder)
+        stub = tmp_path / "stub"
+        shutil.copytree(autograder / "source" / "cs_basics", stub / "cs_basics")
+        upload = tmp_path / "upload"  # Gradescope's upload of the one file: laid out from the stubs' package
+        upload.mkdir()
+        shutil.copy(ROOT / "cs_basics" / "nn" / "functional.py", upload)
+        crashing = submission(tmp_path, wrap_attention("raise RuntimeError('boom')"))
+        reference = submission(tmp_path, name="reference")
+        for folder, score in ((reference, total), (upload, total), (stub, 0.0), (crashing, 1.0)):
+            results = run_autograder(autograder, folder)
+            assert results["score"] == pytest.approx(score), folder.name
+            assert len(results["tests"]) == len(assignment.cases)
+        attention = [t for t in results["tests"] if t["tags"] == ["scaled_dot_product_attention"]]
+        assert attention and all("RuntimeError: boom" in t["output"] for t in attention)
+
+
+def test_a_course_with_a_path_dependency_outside_it_installs_and_grades_wherever_it_is_unpacked(tmp_path):
+    """The example next assignment depends on this harness by path (`../..`): the zip carries the harness (its
+    handout: no solution), and pyproject.toml and uv.lock name it where it is carried."""
+    example = Assignment.find(ROOT / "examples" / "multihead_attention")
+    zipped = tmp_path / "autograder.zip"
+    names = bundle.build(example, zipped)
+    carried = [n for n in names if n.startswith("path_dependencies/cs-basics/")]
+    assert "path_dependencies/cs-basics/cs_basics/harness/grading/grade.py" in carried
+    with zipfile.ZipFile(zipped) as zf:
+        shipped = {name: zf.read(name) for name in zf.namelist()}
+    assert solution_lines_in(shipped, solution_lines(Assignment.find(ROOT))) == []
+    assert b'editable = "path_dependencies/cs-basics"' in shipped["uv.lock"] and b"../.." not in shipped["uv.lock"]
+    with unpacked(zipped) as autograder:
+        set_up(autograder)
+        folder = tmp_path / "reference"
+        shutil.copytree(example.root / "cs_basics_mha", folder / "cs_basics_mha", ignore=IGNORE)
+        shutil.copytree(ROOT / "cs_basics", folder / "cs_basics", ignore=IGNORE)
+        total = sum(p.points for p in example.problems.values())
+        assert run_autograder(autograder, folder)["score"] == pytest.approx(total)
+
+
+@pytest.mark.parametrize(
+    ("source", "lock", "named"),
+    [
+        ('lib = { path = "../missing-lib" }', "", "../missing-lib"),
+        ("", 'source = { editable = "../other" }', "../other"),
+    ],
+    ids=["missing", "reached-through-another"],
+)
+def test_a_path_dependency_the_bundle_cannot_carry_is_named(tmp_path, source, lock, named):
+    course = tmp_path / "course"
+    course.mkdir()
+    (tmp_path / "other").mkdir()
+    pyproject = f"[project]\nname = 'c'\n\n[tool.uv.sources]\n{source}\n"
+    with pytest.raises(bundle.BundleError, match=re.escape(named)):
+        bundle.path_dependencies(course, pyproject, lock)
+
+
+IGNORE = shutil.ignore_patterns("__pycache__", ".venv")
+
+
+@contextlib.contextmanager
+def unpacked(zipped: Path):
+    """The zip unpacked in /autograder/source's place, in a folder other users may enter: as root the grader's
+    child runs under a uid of its own."""
+    autograder = Path(tempfile.mkdtemp(prefix="cs-basics-autograder-"))
+    try:
+        autograder.chmod(0o755)
+        with zipfile.ZipFile(zipped) as zf:
             zf.extractall(autograder / "source")
-            run_bundle(autograder, tmp_path, len(assignment.cases))
-        finally:
-            shutil.rmtree(autograder, ignore_errors=True)
+            assert (zf.getinfo("run_autograder").external_attr >> 16) & 0o111
+        yield autograder
+    finally:
+        shutil.rmtree(autograder, ignore_errors=True)
 
 
-def run_bundle(autograder: Path, tmp_path: Path, cases: int) -> None:
+def bundle_env(autograder: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "UV_PROJECT", "CS_BASICS"))}
+    return env | {"AUTOGRADER_ROOT": str(autograder)}
+
+
+def set_up(autograder: Path) -> None:
     for script in ("setup.sh", "run_autograder"):
         (autograder / "source" / script).chmod(0o755)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "UV_PROJECT", "CS_BASICS"))}
-    env["AUTOGRADER_ROOT"] = str(autograder)
     setup = subprocess.run(
-        ["bash", "setup.sh"], cwd=autograder / "source", env=env, capture_output=True, text=True, timeout=900
+        ["bash", "setup.sh"],
+        cwd=autograder / "source",
+        env=bundle_env(autograder),
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
     assert setup.returncode == 0, setup.stdout + setup.stderr
-    shutil.copytree(submission(tmp_path, wrap_attention("raise RuntimeError('boom')")), autograder / "submission")
+
+
+def run_autograder(autograder: Path, folder: Path) -> dict:
+    for name in ("submission", "results"):
+        shutil.rmtree(autograder / name, ignore_errors=True)
+    shutil.copytree(folder, autograder / "submission", ignore=IGNORE)
     (autograder / "results").mkdir()
     run = subprocess.run(
-        [str(autograder / "source" / "run_autograder")], cwd=autograder, env=env, capture_output=True, text=True
+        [str(autograder / "source" / "run_autograder")],
+        cwd=autograder,
+        env=bundle_env(autograder),
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert run.returncode == 0, run.stdout + run.stderr
-    results = json.loads((autograder / "results" / "results.json").read_text())
-    attention = [t for t in results["tests"] if t["tags"] == ["scaled_dot_product_attention"]]
-    assert results["score"] == pytest.approx(1.0) and len(results["tests"]) == cases
-    assert attention and all("RuntimeError: boom" in t["output"] for t in attention)
+    return json.loads((autograder / "results" / "results.json").read_text())
+
+
+# ---------------------------------------------------------------- setup.sh on images it has never met
+# setup.sh runs with nothing on PATH but a shell, coreutils and fakes: python3 (a given version: it answers
+# `-c` with the real Python, `sys.version_info` set to its own), apt-get (python3.11 in its archive or not),
+# uv (downloads a Python or not). Each fake writes what it was asked to the log.
+
+TOOLS = ("bash", "sh", "dirname", "env", "ln", "mkdir", "cat", "cp", "chmod", "touch")
+
+FAKE_PYTHON = """#!/bin/bash
+case "$1" in
+  -c) exec {real} -c "import sys; sys.version_info = ({version}, 'final', 0); exec(sys.argv[1])" "$2" ;;
+  -V) echo "Python {dotted}" ;;
+  -m)
+    echo "$0 $*" >> "$FAKE_LOG"
+    if [ "$2" = venv ]; then mkdir -p "$3/bin" && cp "$0" "$3/bin/python" && exit 0; fi
+    if [ "$2 $3" = "pip install" ]; then
+      if [ "$(dirname "$0")" = "$FAKE_BIN" ] && [ -n "${{FAKE_PIP_REFUSED:-}}" ]; then
+        echo "error: externally-managed-environment" >&2; exit 1
+      fi
+      cp "$FAKE_BIN/.uv" "$(dirname "$0")/uv"
+    fi ;;
+esac
+"""
+
+FAKE_UV = """#!/bin/bash
+echo "uv $* (downloads=${UV_PYTHON_DOWNLOADS:-} preference=${UV_PYTHON_PREFERENCE:-})" >> "$FAKE_LOG"
+case "$1 $2" in
+  "python install") [ -n "${FAKE_DOWNLOADS:-}" ] || { echo "error: no network" >&2; exit 2; }
+                    mkdir -p "$FAKE_HOME/managed" && cp "$FAKE_BIN/.python311" "$FAKE_HOME/managed/python3.11" ;;
+  "python find") [ -x "$FAKE_HOME/managed/python3.11" ] && echo "$FAKE_HOME/managed/python3.11" ;;
+esac
+"""
+
+FAKE_APT = """#!/bin/bash
+echo "apt-get $*" >> "$FAKE_LOG"
+for package in "$@"; do
+  if [ "$package" = python3.11 ]; then
+    [ -n "${FAKE_APT_PYTHON311:-}" ] || { echo "E: Unable to locate package python3.11" >&2; exit 100; }
+    cp "$FAKE_BIN/.python311" "$FAKE_BIN/python3.11"
+  fi
+done
+"""
+
+
+def fake_python(version: tuple[int, int, int]) -> str:
+    return FAKE_PYTHON.format(
+        real=sys.executable, version=", ".join(map(str, version)), dotted=".".join(map(str, version))
+    )
+
+
+def run_setup(tmp_path: Path, python3: tuple[int, int, int], **fakes: str) -> tuple[subprocess.CompletedProcess, str]:
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    for tool in TOOLS:
+        (bin_ / tool).symlink_to(shutil.which(tool))
+    scripts = {"python3": fake_python(python3), ".python311": fake_python((3, 11, 4)), ".uv": FAKE_UV}
+    scripts["apt-get"] = FAKE_APT
+    for name, text in scripts.items():
+        (bin_ / name).write_text(text)
+        (bin_ / name).chmod(0o755)
+    source = tmp_path / "source"
+    source.mkdir()
+    (source / "setup.sh").write_text(bundle.SETUP)
+    log = tmp_path / "log"
+    env = {"PATH": str(bin_), "FAKE_LOG": str(log), "FAKE_BIN": str(bin_), "FAKE_HOME": str(tmp_path), **fakes}
+    env |= {"CS_BASICS_UV_HOME": str(tmp_path / "uv-venv"), "CS_BASICS_BIN": str(bin_), "HOME": str(tmp_path)}
+    done = subprocess.run(
+        [str(bin_ / "bash"), "setup.sh"], cwd=source, env=env, capture_output=True, text=True, timeout=60
+    )
+    return done, log.read_text() if log.exists() else ""
+
+
+def synced_with(log: str) -> str | None:
+    """The Python `uv sync` was told to use, with the downloads setting it ran under."""
+    found = re.search(r"^uv sync --frozen --no-dev --compile-bytecode --python (\S+) \(downloads=(\w+)", log, re.M)
+    return found and f"{found.group(1)} {found.group(2)}"
+
+
+def test_setup_uses_the_images_python_where_it_is_3_11_or_later(tmp_path):
+    done, log = run_setup(tmp_path, (3, 12, 3), FAKE_PIP_REFUSED="")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert synced_with(log) == f"{tmp_path}/bin/python3 never" and "python3.11" not in log, log
+
+
+def test_setup_on_gradescopes_ubuntu_22_04_installs_apts_python_3_11(tmp_path):
+    """python3 is 3.10; the archive has python3.11 (Ubuntu 22.04's universe): no Python downloaded."""
+    done, log = run_setup(tmp_path, (3, 10, 12), FAKE_APT_PYTHON311="1")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert re.search(r"^apt-get install .*python3\.11", log, re.M) and "python install" not in log, log
+    assert synced_with(log) == f"{tmp_path}/bin/python3.11 never", log
+
+
+def test_setup_without_a_python_3_11_anywhere_stops_and_says_what_it_found(tmp_path):
+    """Debian 11's python3 is 3.9 and its archive has no python3.11; uv cannot reach GitHub here."""
+    done, log = run_setup(tmp_path, (3, 9, 2))
+    assert done.returncode != 0 and synced_with(log) is None, log
+    assert "no Python 3.11 or later: python3 is Python 3.9.2" in done.stderr
+    assert "uv python install 3.11 (downloads=manual" in log  # it asked, once apt had none
+
+
+def test_setup_lets_uv_download_a_python_only_where_nothing_else_has_one(tmp_path):
+    done, log = run_setup(tmp_path, (3, 9, 2), FAKE_DOWNLOADS="1")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert synced_with(log) == f"{tmp_path}/managed/python3.11 never", log
+
+
+def test_setup_installs_uv_in_a_venv_where_pip_is_refused(tmp_path):
+    """PEP 668 (Debian 12, Ubuntu 23.04+): `pip install uv` into the distribution's Python is refused."""
+    done, log = run_setup(tmp_path, (3, 11, 2), FAKE_PIP_REFUSED="1")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (
+        f"python3 -m venv {tmp_path}/uv-venv" in log
+        and (tmp_path / "bin" / "uv").resolve() == tmp_path / "uv-venv/bin/uv"
+    )
+    assert synced_with(log) == f"{tmp_path}/bin/python3 never", log
+
+
+def test_the_kubernetes_recipe_names_the_image_the_shipped_dockerfile_builds_from_the_bundle():
+    """docs/cluster/Dockerfile builds the image grade-job.yaml and merge-job.yaml run: the bundle unpacked (its
+    build context), installed by the bundle's setup.sh, in the folder the pods work in."""
+    cluster = ROOT / "docs" / "cluster"
+    dockerfile = (cluster / "Dockerfile").read_text()
+    jobs = [yaml.safe_load((cluster / name).read_text()) for name in ("grade-job.yaml", "merge-job.yaml")]
+    containers = [job["spec"]["template"]["spec"]["containers"][0] for job in jobs]
+    images = {c["image"] for c in containers}
+    assert len(images) == 1
+    built = re.search(r"docker build --platform linux/amd64 -f docs/cluster/Dockerfile -t (\S+) grader/", dockerfile)
+    assert built and built.group(1) in images
+    assert "unzip -q autograder.zip -d grader" in dockerfile and "cs-basics autograder autograder.zip" in dockerfile
+    instructions = [line.split()[0] for line in dockerfile.splitlines() if line and not line.startswith(("#", " "))]
+    assert instructions == ["FROM", "RUN", "COPY", "WORKDIR", "ENV", "RUN"], instructions
+    assert "FROM debian:bookworm-slim\n" in dockerfile and "RUN bash setup.sh" in dockerfile
+    assert {f"WORKDIR {c['workingDir']}" for c in containers} <= set(dockerfile.splitlines())
+    assert "COPY . /course" in dockerfile
+    assert "docs/cluster/Dockerfile" in (cluster / "grade-job.yaml").read_text()
+
+
+def test_the_classroom_workflow_tells_the_staff_to_leave_classrooms_own_autograding_off(assignment):
+    header = [line for line in classroom.workflow(assignment).splitlines() if line.startswith("#")]
+    assert any("leave autograding off" in line for line in header), header
+    assert any("over this file" in line for line in header), header
+
+
+def test_prairielearns_grader_carries_the_path_dependency_and_puts_it_on_pythonpath(tmp_path):
+    """The image installs none of the course's code (`--no-install-local`): run.sh finds the carried harness."""
+    example = Assignment.find(ROOT / "examples" / "multihead_attention")
+    out = tmp_path / "pl"
+    prairielearn.build(example, out)
+    grader = out / "serverFilesCourse" / prairielearn.GRADER
+    assert (grader / "path_dependencies" / "cs-basics" / "cs_basics" / "cli.py").is_file()
+    assert 'PYTHONPATH="$PWD/path_dependencies/cs-basics' in (grader / "run.sh").read_text()
+    assert "--no-install-local" in (out / "Dockerfile").read_text()
+    assert (out / "uv.lock").read_text() == (grader / "uv.lock").read_text()  # the image's lock names it there
+    assert "PYTHONPATH" not in prairielearn.RUN  # a course without one keeps its run.sh
+
+
+def test_a_grader_built_earlier_inside_the_repository_reaches_neither_the_handout_nor_the_next_bundle(tmp_path):
+    """`cs-basics autograder autograder.zip` at the repository's root (as the docs once said), the zip unpacked
+    to build an image, PrairieLearn's files: each holds the hidden cases, and none is ignored by git."""
+    course = tmp_path / "course"
+    for rel in repository_files(ROOT):
+        if (ROOT / rel).is_file():
+            (course / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / rel, course / rel)
+    subprocess.run(["git", "init", "-q"], cwd=course, check=True)  # every file untracked, as new outputs are
+    assignment = Assignment.find(course)
+    bundle.build(assignment, course / "autograder.zip")
+    with zipfile.ZipFile(course / "autograder.zip") as zf:
+        zf.extractall(course / "grader")
+    prairielearn.build(assignment, course / "pl")
+    handed_out = set(handout.handout_files(assignment)[0])
+    shipped = set(bundle.grader_files(assignment))
+    stray = {Path("autograder.zip"), Path("grader"), Path("pl")}
+    for files in (handed_out, shipped):
+        assert not [p for p in files if stray & {p, *p.parents}], sorted(map(str, files))
+    assert not [p for p in handed_out if "hidden" in p.parts]
+    assert Path("hidden/cases.py") in shipped and Path("cs_basics/nn/functional.py") in handed_out

@@ -273,6 +273,9 @@ def test_prairielearn_question_grades_an_upload_in_a_laid_out_grade_folder(assig
         "uv sync --frozen --no-dev" in dockerfile and "bubblewrap" in dockerfile and "--compile-bytecode" in dockerfile
     )
     assert "python3 " in dockerfile and "UV_PYTHON_DOWNLOADS=never" in dockerfile  # the machine's Python
+    # built where only Debian's archive and PyPI are reachable: no image but the base one; for PrairieLearn's amd64
+    assert [line for line in dockerfile.splitlines() if "FROM" in line] == ["FROM debian:bookworm-slim"], dockerfile
+    assert "docker build --platform linux/amd64 -t course/grader:1 ." in (built / "README.md").read_text()
     assert (built / "serverFilesCourse" / question.GRADER / "hidden").is_dir()
     assert not list((built / "questions").rglob("*.safetensors"))  # no case files where students' files are
 

@@ -39,13 +39,14 @@ from .test_from_scratch import (
     source,
     student,
 )
+from .test_sandbox import SANDBOXES
 
 STUDENTS = Path(__file__).parent / "students"
 CHILD = ROOT / "cs_basics" / "harness" / "grading" / "child.py"  # loaded by path, as the grading server does
 # Where a test's attack could behave differently in each sandbox (a process started inside a pid namespace or
 # not), it runs in both; a record forged or library code called inside the child is the same in either, and
-# runs in the default one (bubblewrap where it runs).
-SANDBOXES = ["bubblewrap", "fallback"]
+# runs in the default one (bubblewrap where it runs). Where bubblewrap does not run (not installed, or no
+# namespaces), its cases skip and say why.
 
 # the built-in attention reached through a name built at run time: invisible to the names scan
 BUILTIN_ATTENTION = 'getattr(F, "scaled_dot_product_" + "attention")(Q, K, V, attn_mask=mask)'

@@ -1,33 +1,38 @@
-"""The Gradescope autograder bundle: the course repository with `setup.sh` and `run_autograder`.
+"""The course's grader as it ships, and Gradescope's autograder zip of it (`setup.sh`, `run_autograder`).
 
-Gradescope unpacks the zip into /autograder/source, runs setup.sh once while building the
-image, then for each submission runs run_autograder, which must leave
-/autograder/results/results.json. `AUTOGRADER_ROOT` moves that tree (default /autograder),
-so the bundle can be run end to end on a simulated folder.
+What ships is what grading reads, and nothing of the reference solution: the handout's files (the student's
+files cut to their stubs, as `cs-basics handout` cuts them), the hidden cases and their fixtures, the staff's
+code, and the course's path dependencies outside its folder (carried, since the zip installs wherever it is
+unpacked). Not staff_tests, benchmarks, docs or examples. A submission is graded from its own files; the
+stubs only keep the course's package whole. PrairieLearn's serverFilesCourse and the cluster image
+(docs/cluster/Dockerfile) hold the same files.
+
+Gradescope unpacks the zip into /autograder/source, runs setup.sh once while building the image, then for
+each submission runs run_autograder, which must leave /autograder/results/results.json. `AUTOGRADER_ROOT`
+moves that tree (default /autograder), so the bundle can be run end to end on a simulated folder.
 """
 
 from __future__ import annotations
 
+import re
 import stat
+import time
+import tomllib
 import zipfile
 from pathlib import Path
 
 from cs_basics.harness.config import Assignment
-from cs_basics.harness.course.handout import ALWAYS_LEFT_OUT, repository_files
+from cs_basics.harness.course.handout import (
+    ALWAYS_LEFT_OUT,
+    Content,
+    course_files,
+    handout_files,
+    pyproject_without,
+)
+from cs_basics.harness.course.setup_script import SETUP
+from cs_basics.harness.grading.upload import WRITTEN_KEY, written_files
 
-SETUP = """#!/usr/bin/env bash
-# Gradescope runs this once, as root, in /autograder/source, while building the image.
-set -euo pipefail
-cd "$(dirname "$0")"
-if ! python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
-    apt-get update && apt-get install -y python3.11 python3.11-venv python3-pip
-fi
-# the sandbox the grader runs submissions in (it falls back to its own where bubblewrap cannot run)
-command -v bwrap >/dev/null 2>&1 || { apt-get update && apt-get install -y bubblewrap; } || true
-command -v uv >/dev/null 2>&1 || python3 -m pip install --quiet uv
-export UV_PYTHON_DOWNLOADS=never
-uv sync --frozen --no-dev --compile-bytecode
-"""
+CARRIED = Path("path_dependencies")  # where the course's path dependencies outside its folder go
 
 RUN = """#!/usr/bin/env bash
 # Gradescope runs this for each submission. It always leaves results/results.json.
@@ -38,28 +43,143 @@ export UV_PYTHON_DOWNLOADS=never
 uv run --frozen --no-dev cs-basics grade --submission "$ROOT/submission" --results "$ROOT/results/results.json"
 """
 
+SCRIPTS = {"setup.sh": SETUP, "run_autograder": RUN}
 
-def course_files(assignment: Assignment) -> list[Path]:
-    """The course repository's files a grader needs (relative paths): all but caches, venvs, results and the
-    bundle's own scripts."""
-    found = []
-    for rel in repository_files(assignment.root):
-        path = assignment.root / rel
-        if path.is_file() and not ALWAYS_LEFT_OUT & set(rel.parts) and rel.name not in ("setup.sh", "run_autograder"):
-            found.append(rel)
+
+class BundleError(Exception):
+    pass
+
+
+def grader_files(assignment: Assignment) -> dict[Path, Content]:
+    """What the grader ships (relative path -> content): the handout's files, the hidden cases, the staff's code
+    and the carried path dependencies, with pyproject.toml and uv.lock naming where those now are."""
+    root = assignment.root
+    files, _ = handout_files(assignment)
+    files.pop(Path(".github/workflows/classroom.yml"), None)
+    kept = [*([assignment.table["hidden"]] if "hidden" in assignment.table else []), *assignment.staff_code]
+    for rel in course_files(root):
+        inside = any(rel == Path(k) or rel.is_relative_to(k) for k in kept)
+        if inside and (root / rel).is_file() and not ALWAYS_LEFT_OUT & set(rel.parts):
+            files[rel] = root / rel
+    for script in SCRIPTS:
+        files.pop(Path(script), None)  # the bundle writes its own
+    pyproject = (root / "pyproject.toml").read_text()
+    pyproject = pyproject_without(pyproject, ("handout_readme",), set(assignment.handout_exclude))
+    pyproject = with_written_files(pyproject, written_files(assignment))
+    lock = (root / "uv.lock").read_text() if (root / "uv.lock").is_file() else None
+    for name, outside in path_dependencies(root, pyproject, lock).items():
+        carried = CARRIED / name
+        files |= {carried / rel: content for rel, content in dependency_files(outside, root).items()}
+        pyproject, lock = moved_dependency(root, name, outside, carried, pyproject, lock)
+    files[Path("pyproject.toml")] = pyproject
+    if lock is not None:
+        files[Path("uv.lock")] = lock
+    return files
+
+
+def with_written_files(pyproject: str, written: list[Path]) -> str:
+    """The files the student writes named in [tool.cs-basics]: the stubs shipped have no solution markers left
+    to find them by (an upload of bare files is laid out from them: grading/upload.py)."""
+    names = ", ".join(f'"{p.as_posix()}"' for p in written)
+    line = f"{WRITTEN_KEY} = [{names}]  # written by `cs-basics autograder`: the stubs have no markers left\n"
+    return re.sub(r"(?m)^\[tool\.cs-basics\]\n", lambda m: m.group(0) + line, pyproject, count=1)
+
+
+def path_dependencies(root: Path, pyproject: str, lock: str | None) -> dict[str, Path]:
+    """The course's path dependencies outside its folder: name -> where it is. BundleError names one the bundle
+    cannot carry: missing, or reached only through another dependency (its own pyproject names its path)."""
+    sources = tomllib.loads(pyproject).get("tool", {}).get("uv", {}).get("sources", {})
+    found = {}
+    for name, source in sources.items():
+        for one in source if isinstance(source, list) else [source]:
+            if "path" not in one:
+                continue
+            where = (root / one["path"]).resolve()
+            if where.is_relative_to(root):
+                continue
+            if not where.exists():
+                raise BundleError(
+                    f"{root / 'pyproject.toml'}: [tool.uv.sources] {name} = {{ path = {one['path']!r} }} does not "
+                    f"exist ({where}): the bundle cannot carry it"
+                )
+            if name in found and found[name] != where:
+                raise BundleError(f"[tool.uv.sources] {name} names two paths outside the course: carry one")
+            found[name] = where
+    for path in lock_paths(lock or ""):
+        where = (root / path).resolve()
+        if not where.is_relative_to(root) and where not in found.values():
+            raise BundleError(
+                f"{root / 'uv.lock'} installs {path!r} ({where}), a path outside the course that its pyproject.toml's "
+                "[tool.uv.sources] does not name (a dependency's own path dependency): the bundle cannot carry it; "
+                "publish it, or make it a source of the course"
+            )
     return found
+
+
+LOCK_PATH = re.compile(r'\b(editable|directory|path) = "([^"]*)"')
+
+
+def lock_paths(lock: str) -> set[str]:
+    return {m.group(2) for m in LOCK_PATH.finditer(lock)}
+
+
+def dependency_files(where: Path, course: Path) -> dict[Path, Content]:
+    """A path dependency's files as the bundle carries them: a course's handout (its students' files cut: never
+    a solution), else the files its git tracks; a wheel or an sdist, itself."""
+    if where.is_file():
+        return {Path(where.name): where}
+    table = tomllib.loads((where / "pyproject.toml").read_text()).get("tool", {}).get("cs-basics")
+    if table is not None:
+        return handout_files(Assignment(where, table))[0]
+    files: dict[Path, Content] = {}
+    for rel in course_files(where):
+        if (
+            (where / rel).is_file()
+            and not ALWAYS_LEFT_OUT & set(rel.parts)
+            and not (where / rel).is_relative_to(course)
+        ):
+            files[rel] = where / rel
+    return files
+
+
+def moved_dependency(
+    root: Path, name: str, where: Path, carried: Path, pyproject: str, lock: str | None
+) -> tuple[str, str | None]:
+    """pyproject.toml and uv.lock with the dependency's path changed to where the bundle carries it."""
+    new = (carried / where.name).as_posix() if where.is_file() else carried.as_posix()
+
+    def moved(match: re.Match) -> str:
+        same = (root / match.group(2)).resolve() == where
+        return f'{match.group(1)} = "{new}"' if same else match.group(0)
+
+    line = re.compile(rf'(?m)^"?{re.escape(name)}"?\s*=.*$')
+    pyproject = line.sub(lambda m: LOCK_PATH.sub(moved, m.group(0)), pyproject)
+    sources = tomllib.loads(pyproject)["tool"]["uv"]["sources"][name]
+    if any((root / s["path"]).resolve() == where for s in (sources if isinstance(sources, list) else [sources])):
+        raise BundleError(f"cannot rewrite [tool.uv.sources] {name} in pyproject.toml: write it on one line")
+    return pyproject, None if lock is None else LOCK_PATH.sub(moved, lock)
 
 
 def build(assignment: Assignment, out: Path) -> list[str]:
     """Write the zip; return the paths it holds."""
+    files = grader_files(assignment)
     names = []
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as zf:
-        for script, text in (("setup.sh", SETUP), ("run_autograder", RUN)):
-            info = zipfile.ZipInfo(script)
-            info.external_attr = (stat.S_IFREG | 0o755) << 16
-            zf.writestr(info, text)
+        for script, text in SCRIPTS.items():
+            zf.writestr(entry(script, 0o755), text)
             names.append(script)
-        for rel in course_files(assignment):
-            zf.write(assignment.root / rel, rel.as_posix())
+        for rel, content in sorted(files.items()):
+            if isinstance(content, Path):
+                zf.write(content, rel.as_posix())
+            else:
+                zf.writestr(entry(rel.as_posix(), 0o644), content)
             names.append(rel.as_posix())
     return names
+
+
+def entry(name: str, mode: int) -> zipfile.ZipInfo:
+    """A written file's entry: readable by all as a copied one is (writestr's default is 0600)."""
+    info = zipfile.ZipInfo(name, time.localtime()[:6])
+    info.external_attr = (stat.S_IFREG | mode) << 16
+    info.compress_type = zipfile.ZIP_DEFLATED
+    return info

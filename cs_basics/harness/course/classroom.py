@@ -5,7 +5,9 @@ github-classroom`: one output per problem in the reporter's format, see grading/
 GitHub Classroom's grading reporter over those outputs, one runner per problem. One grading for every
 problem, not a step each: each grading starts torch twice, which the student waits for and the course
 pays in Actions minutes. The workflow runs in the student's repository, so the student can read all of
-it and edit it: the handout holds no hidden case, and the docs say what Classroom cannot defend.
+it and edit it: the handout holds no hidden case, and the docs say what Classroom cannot defend. Classroom's own
+autograding (tests added in its assignment form) commits its workflow over this one: the file's header tells
+the staff to leave it off.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ TEMPLATE = """\
 # GitHub Classroom's autograding, written by `cs-basics handout`. It runs in your repository, on a runner
 # you can read: it grades the public cases only (the hidden ones are the staff's), each problem its full
 # points over them, as `uv run cs-basics grade` does on your machine.
+# Staff: in Classroom's assignment form leave autograding off (add no test under "Add autograding tests"):
+# tests added there make Classroom commit its own .github/workflows/classroom.yml over this file.
 name: {workflow_name}
 on: [push, workflow_dispatch, repository_dispatch]
 permissions:

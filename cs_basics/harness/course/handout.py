@@ -24,7 +24,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import tomllib
 import xml.etree.ElementTree as ET
+import zipfile
 from pathlib import Path
 
 import torch
@@ -111,15 +113,54 @@ def repository_files(root: Path) -> list[Path]:
 
 
 def left_out(assignment: Assignment, path: Path) -> bool:
-    excluded = {*assignment.handout_exclude, *([assignment.table["hidden"]] if "hidden" in assignment.table else [])}
-    return bool(ALWAYS_LEFT_OUT & set(path.parts)) or any(path == Path(e) or path.is_relative_to(e) for e in excluded)
+    hidden = assignment.table.get("hidden")
+    excluded = {*assignment.handout_exclude, *([hidden] if hidden else [])}
+    if ALWAYS_LEFT_OUT & set(path.parts) or (hidden and hidden in path.parts[:-1]):
+        return True  # a copy of the hidden folder anywhere (PrairieLearn's serverFilesCourse/...) is hidden too
+    return any(path == Path(e) or path.is_relative_to(e) for e in excluded)
+
+
+def course_files(root: Path) -> list[Path]:
+    """The repository's files less the copies of a course built earlier and left in it (git ignores none of
+    them): a folder below the root with its own [tool.cs-basics] or `run_autograder` (a handout, PrairieLearn's
+    files, a zip unpacked to build an image), or a bundle's zip. They hold the hidden cases."""
+    files = repository_files(root)
+    copies = {rel.parent for rel in files if rel.parent != Path(".") and holds_a_course(root / rel)}
+    return [rel for rel in files if not copies & set(rel.parents) and not is_bundle_zip(root / rel)]
+
+
+def holds_a_course(path: Path) -> bool:
+    if path.name == "run_autograder":
+        return True
+    if path.name != "pyproject.toml":
+        return False
+    try:
+        return "cs-basics" in tomllib.loads(path.read_text()).get("tool", {})
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return False
+
+
+def is_bundle_zip(path: Path) -> bool:
+    if path.suffix != ".zip":
+        return False
+    try:
+        with zipfile.ZipFile(path) as zf:
+            return "run_autograder" in zf.namelist()
+    except (OSError, zipfile.BadZipFile):
+        return False
 
 
 def handout_pyproject(text: str, assignment: Assignment) -> str:
     """The staff-only keys out: the hidden folder, the student README's source (it is the handout's
     README.md), and test paths the handout does not have."""
-    text = re.sub(r"(?m)^(hidden|handout_readme)\s*=.*\n", "", text)
-    gone = {*assignment.handout_exclude, assignment.table.get("hidden", "")}
+    return pyproject_without(
+        text, ("hidden", "handout_readme"), {*assignment.handout_exclude, assignment.table.get("hidden", "")}
+    )
+
+
+def pyproject_without(text: str, keys: tuple[str, ...], gone: set[str]) -> str:
+    """The pyproject.toml's text without these top-level keys of [tool.cs-basics], and with no test path in `gone`."""
+    text = re.sub(rf"(?m)^({'|'.join(map(re.escape, keys))})\s*=.*\n", "", text)
     return re.sub(
         r"(?m)^testpaths\s*=\s*\[(.*)\]",
         lambda m: "testpaths = [" + ", ".join(p for p in m.group(1).split(", ") if p.strip("\"'") not in gone) + "]",
@@ -133,32 +174,68 @@ def student_readme(assignment: Assignment) -> Path | None:
     return assignment.root / name if name else None
 
 
-def build(assignment: Assignment, out: Path) -> list[str]:
-    """Write the handout to `out` (which must not exist); return the solution lines cut."""
-    if out.exists():
-        raise HandoutError(f"{out} already exists; choose a new folder")
-    students = {p.relative_to(assignment.root) for p in student_files(assignment, assignment.root)}
-    students |= {p for p in STUDY_SOLUTIONS if (assignment.root / p).is_file()}
+# a file of a cut: its new text, or the repository file to copy as it is
+Content = str | Path
+
+
+def handout_files(assignment: Assignment) -> tuple[dict[Path, Content], list[str]]:
+    """What the handout holds (relative path -> its content) and the solution lines cut from it."""
+    root = assignment.root
+    students = {p.relative_to(root) for p in student_files(assignment, root)}
+    students |= {p for p in STUDY_SOLUTIONS if (root / p).is_file()}
+    files: dict[Path, Content] = {}
     removed: list[str] = []
-    for rel in repository_files(assignment.root):
-        if left_out(assignment, rel) or not (assignment.root / rel).is_file():
+    for rel in course_files(root):
+        if left_out(assignment, rel) or not (root / rel).is_file():
             continue
-        target = out / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        text = None
         if rel in students:
-            text, cut_lines = cut((assignment.root / rel).read_text(), str(rel))
+            files[rel], cut_lines = cut((root / rel).read_text(), str(rel))
             removed += cut_lines
         elif rel == Path("pyproject.toml"):
-            text = handout_pyproject((assignment.root / rel).read_text(), assignment)
+            files[rel] = handout_pyproject((root / rel).read_text(), assignment)
         elif rel == Path("README.md") and student_readme(assignment):
-            text = student_readme(assignment).read_text()
-        if text is None:
-            shutil.copy2(assignment.root / rel, target)
+            files[rel] = student_readme(assignment).read_text()
         else:
-            target.write_text(text)
+            files[rel] = root / rel
+    return files, removed
+
+
+def write_files(files: dict[Path, Content], out: Path) -> None:
+    for rel, content in files.items():
+        target = out / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, Path):
+            shutil.copy2(content, target)
+        else:
+            target.write_text(content)
+
+
+def make_room(assignment: Assignment, out: Path, force: bool) -> None:
+    """`out` must not exist; with `force` an existing one is removed first, unless it holds the course."""
+    if not out.exists() and not out.is_symlink():
+        return
+    if not force:
+        raise HandoutError(f"{out} already exists: choose a new folder, or pass --force to replace it")
+    if assignment.root.is_relative_to(out.resolve()):
+        raise HandoutError(f"{out} holds the course itself ({assignment.root}): --force will not remove it")
+    if out.is_dir() and not out.is_symlink():
+        shutil.rmtree(out)
+    else:
+        out.unlink()
+
+
+def build(assignment: Assignment, out: Path, force: bool = False) -> list[str]:
+    """Write the handout to `out` (which must not exist, or is replaced with `force`); return the solution
+    lines cut."""
+    make_room(assignment, out, force)
+    files, removed = handout_files(assignment)
+    write_files(files, out)
     classroom.write_workflow(assignment, out)  # GitHub Classroom's autograding (docs/platforms.md)
     return removed
+
+
+def max_score(assignment: Assignment) -> float:
+    return sum(problem.points for problem in assignment.problems.values())
 
 
 def check(assignment: Assignment, out: Path, removed: list[str]) -> list[str]:

@@ -24,6 +24,8 @@ from cs_basics.harness.grading import intake
 from cs_basics.harness.rule.fromscratch import student_files
 
 SOLUTION_MARK = "# BEGIN SOLUTION"  # the handout's marker: a file the student writes
+# [tool.cs-basics] key naming those files where the markers are cut: the grader's shipped copy (course/bundle.py)
+WRITTEN_KEY = "student_writes"
 LISTED = 100  # entries of an upload folder read to name what was found
 
 
@@ -36,7 +38,10 @@ class NotGradable(Exception):
 
 
 def written_files(assignment: Assignment) -> list[Path]:
-    """The student code files the student writes (relative to the root): those with a solution region."""
+    """The student code files the student writes (relative to the root): those with a solution region, or
+    those `student_writes` names (the grader's shipped copy holds the handout's stubs, without the markers)."""
+    if WRITTEN_KEY in assignment.table:
+        return [Path(p) for p in assignment.table[WRITTEN_KEY]]
     found = []
     for path in student_files(assignment, assignment.root):
         if SOLUTION_MARK in path.read_text(errors="replace"):
