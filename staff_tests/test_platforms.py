@@ -196,7 +196,8 @@ def test_prairielearn_file_is_read_as_its_grader_host_reads_it(assignment, grade
         }
     hostile = json.loads((graded["hostile"] / "results.json").read_text())
     assert SECRET in json.dumps(hostile)  # Gradescope's hidden entry holds it: the check above can fail
-    assert len((graded["hostile"] / "pl.json").read_bytes()) > 200_000  # the flood reached the file, cut
+    # the flood reached the file, cut (its control characters now take two bytes, `^[`, where JSON took six)
+    assert len((graded["hostile"] / "pl.json").read_bytes()) > 150_000
 
 
 def test_junit_reads_back_to_the_counts_and_points_of_results_json(graded):

@@ -101,11 +101,11 @@ def number(value: object) -> bool:
 
 
 def text(value: object) -> bool:
-    return isinstance(value, str)
+    return value is None or isinstance(value, str)  # null: as if absent, as the report reads it
 
 
 def texts(value: object) -> bool:
-    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+    return value is None or (isinstance(value, list) and all(isinstance(v, str) for v in value))
 
 
 # the fields of a test the report reads, and what each must be
@@ -159,9 +159,9 @@ def load_folder(folder: Path) -> dict[str, dict]:
     """Submission name -> results: from `<name>.json` and `<name>/results.json` in the folder. A file that is
     no results file is passed over with a warning: one student's file does not stop the course's report."""
     results, bad = read_folder(folder)
-    warn_bad(bad)
     if bad and not results:
-        raise ReportError(f"{folder}: no readable results file ({len(bad)} passed over)")
+        raise ReportError(f"no readable results file in {folder}: " + "; ".join(bad.values()))
+    warn_bad(bad)
     return results
 
 
