@@ -490,6 +490,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from cs_basics.harness.text import safe_terminal  # light: the commands import what they need themselves
+
+    safe_terminal()  # every command: a name or message the terminal cannot encode prints as an escape, not a crash
     args = build_parser().parse_args(argv)
     status = args.func(args)
     if argv is None and args.func is cmd_grade:  # the command itself, not a caller's import

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from junitparser import JUnitXml, Properties
+from junitparser import JUnitXml
 
 from cs_basics.cli import main
 from cs_basics.harness.cases import points_by_case
@@ -124,14 +124,25 @@ def reporter_table(data: dict) -> float:
     return passed / len(data["tests"]) * data["max_score"]
 
 
+def case_points(suite) -> dict[str, tuple[float, float]]:
+    """Each case's (points, max_points) from the suite's properties (`points <case>` = `points/most`): the schemas
+    readers validate with allow no properties inside a testcase."""
+    found = {}
+    for p in suite.properties():
+        if p.name.startswith("points "):
+            got, most = p.value.split("/")
+            found[p.name.removeprefix("points ")] = (float(got), float(most))
+    return found
+
+
 def junit_points(path: Path) -> dict[str, tuple[float, float, str]]:
     """{(name): (points, max_points, result)} as junitparser reads the file."""
     found = {}
     for suite in JUnitXml.fromfile(str(path)):
+        points = case_points(suite)
         for case in suite:
-            values = {p.name: float(p.value) for p in case.child(Properties)}
             result = "skipped" if case.is_skipped else "passed" if case.is_passed else "failed"
-            found[case.name] = (values["points"], values["max_points"], result)
+            found[case.name] = (*points[case.name], result)
     return found
 
 
@@ -185,7 +196,8 @@ def test_prairielearn_file_is_read_as_its_grader_host_reads_it(assignment, grade
         }
     hostile = json.loads((graded["hostile"] / "results.json").read_text())
     assert SECRET in json.dumps(hostile)  # Gradescope's hidden entry holds it: the check above can fail
-    assert len((graded["hostile"] / "pl.json").read_bytes()) > 200_000  # the flood reached the file, cut
+    # the flood reached the file, cut (its control characters now take two bytes, `^[`, where JSON took six)
+    assert len((graded["hostile"] / "pl.json").read_bytes()) > 150_000
 
 
 def test_junit_reads_back_to_the_counts_and_points_of_results_json(graded):
@@ -541,7 +553,7 @@ def test_junit_points_are_results_json_points_to_the_same_digits(assignment):
     grade = Grade([CaseResult(c, 100 / 7, True, "passed") for c in assignment.cases], 1.0)
     scores = [t["score"] for t in json.loads(WRITERS["gradescope"].write_grade(grade, assignment))["tests"]]
     read = JUnitXml.fromstring(WRITERS["junit"].write_grade(grade, assignment).encode())
-    shown = [float(p.value) for suite in read for case in suite for p in case.child(Properties) if p.name == "points"]
+    shown = [case_points(suite)[case.name][0] for suite in read for case in suite]
     assert shown == scores  # hidden_summary "each": every case, in order
     suite_points = next(float(p.value) for suite in read for p in suite.properties() if p.name == "points")
     assert suite_points == json.loads(WRITERS["gradescope"].write_grade(grade, assignment))["score"]

@@ -280,7 +280,7 @@ def test_printable_makes_control_characters_visible_and_keeps_lines():
     assert printable("a\tb\nc\r\x7f\x9b\u202e") == "a\tb\nc^M^?\\x9b\\u202e"
 
 
-def test_an_escape_laden_exception_reaches_no_terminal_but_stays_in_the_results(tmp_path):
+def test_an_escape_laden_exception_reaches_no_terminal_and_no_file_but_is_shown(tmp_path):
     """Not a sandbox's matter: the default one grades."""
     results = tmp_path / "results.json"
     student = submission(tmp_path, RAISES_ESCAPES)
@@ -289,7 +289,8 @@ def test_an_escape_laden_exception_reaches_no_terminal_but_stays_in_the_results(
     assert b"^[[2J" in done.stdout  # the failure's first line is shown, made visible
     assert_inert(done, "grade")
     data = json.loads(results.read_text())
-    assert any(ESCAPES in t["output"] for t in data["tests"])  # the student's own text, for the student
+    assert any(printable(ESCAPES) in t["output"] for t in data["tests"])  # the student's text, made harmless
+    assert not any("\x1b" in t["output"] for t in data["tests"])  # no reader of the file is commanded (issue 35)
     assert data["score"] == pytest.approx(1.0)
 
     folder = tmp_path / "batch"
@@ -320,5 +321,5 @@ def test_csv_cells_that_a_spreadsheet_would_run_are_quoted_and_numbers_stay_numb
     text = csv_text(rows, list("abcdefg"))
     assert text.splitlines()[1] == "'=cmd|' /C calc'!A0,-1,'-2,'+x,'@SUM(1),'\tx,ok"
     cells = list(csv.reader(io.StringIO(text, newline="")))
-    assert cells[2] == ["'\rx", "-0.5", "3.25", "a=b", "", "1-2", "'-"]
-    assert cells[3][:2] == ["a\r=1+1", "b\n@x"] and len(cells) == 4  # no row starts inside a cell
+    assert cells[2] == ["^Mx", "-0.5", "3.25", "a=b", "", "1-2", "'-"]  # a lone CR made visible (issue 35)
+    assert cells[3][:2] == ["a^M=1+1", "b\n@x"] and len(cells) == 4  # no row starts inside a cell

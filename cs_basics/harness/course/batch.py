@@ -23,8 +23,16 @@ from rich.markup import escape
 from rich.progress import Progress
 
 from cs_basics.harness.config import Assignment
-from cs_basics.harness.course.regrade import Planned, plan, read_results, settings_of, stamp
-from cs_basics.harness.course.report import SCORES, analyse, print_analysis, score_row, warm_figures, write_scores
+from cs_basics.harness.course.regrade import Planned, plan, settings_of, stamp
+from cs_basics.harness.course.report import (
+    SCORES,
+    analyse,
+    print_analysis,
+    read_or_none,
+    score_row,
+    warm_figures,
+    write_scores,
+)
 from cs_basics.harness.course.shards import resolve_shard, select, submission_folders
 from cs_basics.harness.device import choose_device
 from cs_basics.harness.grading.command import grade_safely, limits_from, stopping_on_signals
@@ -51,13 +59,13 @@ def grade_planned(assignment: Assignment, planned: Planned, device: torch.device
         not_graded(planned, f"not graded: {err}")
         raise
     error = result if isinstance(result, str) else "grading was stopped" if STOP.is_set() else ""
-    data = stamp(read_results(planned.results) or {}, None if error else planned.fingerprint, error)
+    data = stamp(read_or_none(planned.results) or {}, None if error else planned.fingerprint, error)
     write_results(planned.results, data)
     return score_row(planned.submission.name, data)
 
 
 def not_graded(planned: Planned, why: str) -> dict:
-    data = stamp(read_results(planned.results) or {"score": 0.0, "tests": []}, None, why)
+    data = stamp(read_or_none(planned.results) or {"score": 0.0, "tests": []}, None, why)
     write_results(planned.results, data)
     return score_row(planned.submission.name, data)
 
@@ -76,7 +84,7 @@ def grade_many(
     results_dir.mkdir(parents=True, exist_ok=True)
     workers = args.workers or max(1, (os.cpu_count() or 2) // 2)
     todo, skipped = [p for p in planned if not p.skip], [p for p in planned if p.skip]
-    rows = [score_row(p.submission.name, read_results(p.results)) for p in skipped]
+    rows = [score_row(p.submission.name, read_or_none(p.results) or {}) for p in skipped]
     what = f"{len(planned)} submissions" + (f" (shard {shard} of {folder})" if shard else "")
     limits = dataclasses.replace(limits_from(args, workers), threads=max(1, len(os.sched_getaffinity(0)) // workers))
     device, queue, lock, failures, warming = choose_device(args.device), list(todo), Lock(), [], Lock()
@@ -114,7 +122,8 @@ def grade_many(
     rows += [not_graded(p, why) for p in queue]
     write_scores(results_dir / SCORES, rows)
     summary = f"{what}: {len(todo)} graded, {len(skipped)} unchanged since their last grade (skipped; --force)"
-    results = {p.submission.name: read_results(p.results) for p in planned}
+    read = {p.submission.name: read_or_none(p.results) for p in planned}  # one student's file stops no analysis
+    results = {name: data for name, data in read.items() if data is not None}
     print_analysis(analyse(results, results_dir), caption=summary)
     print(printable(f"{summary}; scores in {results_dir / SCORES}"))
     held = sorted(f"{r['submission']} ({r['held']})" for r in rows if r.get("held"))

@@ -115,15 +115,19 @@ def stamp(data: dict, fingerprint: dict | None, error: str = "") -> dict:
 
 
 def stored(data: Mapping | None) -> dict:
-    return dict(((data or {}).get("extra_data") or {}).get(EXTRA) or {})
+    """Our part of a results file's `extra_data`: empty where the file has none, or none of the right shape."""
+    extra = data.get("extra_data") if isinstance(data, Mapping) else None
+    ours = extra.get(EXTRA) if isinstance(extra, Mapping) else None
+    return dict(ours) if isinstance(ours, Mapping) else {}
 
 
 def read_results(path: Path) -> dict | None:
     """A results file, or None when there is none (or it cannot be read: it will be graded again)."""
     try:
-        return json.loads(Path(path).read_text())
-    except (OSError, ValueError):
+        data = json.loads(Path(path).read_text(errors="replace"))
+    except (OSError, ValueError, RecursionError):
         return None
+    return data if isinstance(data, dict) else None
 
 
 @dataclass

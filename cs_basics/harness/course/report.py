@@ -22,6 +22,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import re
 import statistics
 import sys
@@ -34,9 +35,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from cs_basics.harness.course.regrade import stored
+from cs_basics.harness.course.regrade import EXTRA, stored
 from cs_basics.harness.course.shards import shard_of, submission_folders
 from cs_basics.harness.grading.results import printable, write_atomic, write_results
+from cs_basics.harness.text import printable_data, safe_terminal
 
 SCORES, ITEMS, PROBLEMS = "scores.csv", "items.csv", "problems.csv"
 TOTALS_PNG, PASS_RATES_PNG = "totals.png", "pass_rates.png"
@@ -46,6 +48,7 @@ UNTAGGED = "(untagged)"
 SCORE_FIELDS = ["submission", "score", "max_score", "held", "error"]
 ITEM_FIELDS = ["case", "problem", "submissions", "passed", "pass_rate", "mean_score", "max_score", "mistakes"]
 ITEM_FIELDS += ["other_failures", "visibility"]  # hidden cases' rows quote their messages: a staff file
+RESULTS_BYTES = 64 << 20  # a results file is at most a few MiB (PrairieLearn's limit is 1 MiB)
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")  # a cell a spreadsheet may run (OWASP's CSV injection)
 PROBLEM_FIELDS = ["problem", "max_score", "submissions", "mean", "median", "min", "max", "zero", "full"]
 PROBLEM_FIELDS += ["distribution"]
@@ -56,16 +59,85 @@ class ReportError(ValueError):
 
 
 def read_one(path: Path) -> dict:
+    """One results file, every text in it `printable` (a submission's text may hold lone surrogates, NUL,
+    escapes), its fields of the types Gradescope's spec gives; ReportError naming the file and the field."""
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as err:
-        raise ReportError(f"{path}: not a readable JSON file ({err})") from None
+        with open(path, "rb") as f:
+            raw = f.read(RESULTS_BYTES + 1)
+    except OSError as err:
+        raise ReportError(f"{path}: cannot be read ({err.strerror})") from None
+    if len(raw) > RESULTS_BYTES:
+        raise ReportError(f"{path}: over {RESULTS_BYTES >> 20} MiB, too large for a results file")
+    try:
+        data = json.loads(raw.decode("utf-8", "replace"))  # bytes that are no UTF-8 as U+FFFD
+    except (ValueError, RecursionError) as err:
+        raise ReportError(f"{path}: not a readable JSON file ({printable(err)[:200]})") from None
     if not isinstance(data, dict) or not {"score", "tests"} & set(data):
         raise ReportError(f"{path}: not a Gradescope results file (neither a `score` nor a `tests` list)")
     tests = data.get("tests", [])
     if not isinstance(tests, list) or not all(isinstance(t, dict) for t in tests):
         raise ReportError(f"{path}: `tests` must be a list of objects, as in Gradescope's results.json")
-    return data
+    wrong = (
+        [f"`score` is {printable(repr(data['score']))[:80]}"] if "score" in data and not number(data["score"]) else []
+    )
+    for i, test in enumerate(tests):
+        wrong += [
+            f"tests[{i}].{key} is {printable(repr(test[key]))[:80]}"
+            for key, ok in FIELDS.items()
+            if key in test and not ok(test[key])
+        ]
+    extra = data.get("extra_data")
+    if extra is not None and not (isinstance(extra, dict) and isinstance(extra.get(EXTRA) or {}, dict)):
+        wrong.append("`extra_data` is not an object")
+    elif not isinstance(stored(data).get("held", []), list) or not isinstance(stored(data).get("error", ""), str):
+        wrong.append(f"`extra_data.{EXTRA}` holds no list `held` or no text `error`")
+    if wrong:
+        raise ReportError(f"{path}: not a Gradescope results file: {'; '.join(wrong[:3])}")
+    return printable_data(data)
+
+
+def number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def text(value: object) -> bool:
+    return value is None or isinstance(value, str)  # null: as if absent, as the report reads it
+
+
+def texts(value: object) -> bool:
+    return value is None or (isinstance(value, list) and all(isinstance(v, str) for v in value))
+
+
+# the fields of a test the report reads, and what each must be
+FIELDS = {"name": text, "score": number, "max_score": number, "status": text, "output": text, "tags": texts}
+FIELDS["visibility"] = text
+
+
+def read_folder(folder: Path) -> tuple[dict[str, dict], dict[str, str]]:
+    """Submission name -> results, and name -> why its file was passed over (not JSON, fields of the wrong type)."""
+    results, bad = {}, {}
+    for name, path in results_paths(folder).items():
+        try:
+            results[name] = read_one(path)
+        except ReportError as err:
+            bad[name] = str(err)
+    return results, bad
+
+
+def read_or_none(path: Path) -> dict | None:
+    """`read_one`, or None where there is no file, or (with a warning) where it is no results file."""
+    if not Path(path).exists():
+        return None
+    try:
+        return read_one(path)
+    except ReportError as err:
+        warn_bad({path: str(err)})
+        return None
+
+
+def warn_bad(bad: Mapping[str, str]) -> None:
+    for why in bad.values():
+        print(printable(f"warning: passed over {why}"), file=sys.stderr)
 
 
 def results_paths(folder: Path) -> dict[str, Path]:
@@ -84,8 +156,13 @@ def results_paths(folder: Path) -> dict[str, Path]:
 
 
 def load_folder(folder: Path) -> dict[str, dict]:
-    """Submission name -> results: from `<name>.json` and `<name>/results.json` in the folder."""
-    return {name: read_one(path) for name, path in results_paths(folder).items()}
+    """Submission name -> results: from `<name>.json` and `<name>/results.json` in the folder. A file that is
+    no results file is passed over with a warning: one student's file does not stop the course's report."""
+    results, bad = read_folder(folder)
+    if bad and not results:
+        raise ReportError(f"no readable results file in {folder}: " + "; ".join(bad.values()))
+    warn_bad(bad)
+    return results
 
 
 def grade_of(data: Mapping) -> tuple:
@@ -102,16 +179,21 @@ def has_results(folder: Path) -> bool:
     return folder.is_dir() and bool(named or [*folder.glob("*/results.json")])
 
 
-def merge_results(folders: list[Path], allow_empty: bool = False) -> dict[str, dict]:
+def merge_results(folders: list[Path], allow_empty: bool = False, bad: dict | None = None) -> dict[str, dict]:
     """The results of several folders (a course's shards); a submission in two of them must have one grade.
-    `allow_empty`: a folder that is missing or holds no results (a shard that never ran) is passed over."""
+    `allow_empty`: a folder that is missing or holds no results (a shard that never ran) is passed over.
+    A file that is no results file is passed over with a warning, and `bad` gets its name and why."""
     merged: dict[str, dict] = {}
     where: dict[str, Path] = {}
+    bad = {} if bad is None else bad
     for folder in folders:
         if allow_empty and not has_results(Path(folder)):
-            print(f"warning: {folder} holds no results files (a shard that did not run?)", file=sys.stderr)
+            print(printable(f"warning: {folder} holds no results files (a shard that did not run?)"), file=sys.stderr)
             continue
-        for name, data in load_folder(folder).items():
+        found, passed_over = read_folder(folder)
+        warn_bad(passed_over)
+        bad.update(passed_over)
+        for name, data in found.items():
             if name in merged and grade_of(merged[name]) != grade_of(data):
                 raise ReportError(
                     f"{name} was graded in both {where[name]} and {folder} with different results "
@@ -120,6 +202,8 @@ def merge_results(folders: list[Path], allow_empty: bool = False) -> dict[str, d
                 )
             merged.setdefault(name, data)
             where.setdefault(name, folder)
+    for name in merged:  # a good file in another shard stands
+        bad.pop(name, None)
     return dict(sorted(merged.items()))
 
 
@@ -152,7 +236,10 @@ def csv_text(rows: list[dict], fields: list[str]) -> str:
     # would read as the end of a row (and the next "row" could start with "=")
     writer = csv.DictWriter(text, fieldnames=fields, lineterminator="\r\n")
     writer.writeheader()
-    writer.writerows({key: inert(value) for key, value in row.items()} for row in rows)
+    writer.writerows(
+        {key: inert(printable(value) if isinstance(value, str) else value) for key, value in row.items()}
+        for row in rows
+    )
     return text.getvalue()
 
 
@@ -303,6 +390,13 @@ def plot_totals(totals: list[float], most: float, path: Path) -> None:
     save(fig, path)
 
 
+def label(text: str, most: int = 60) -> str:
+    """A name as a figure's label: cut short, and its `$` escaped (matplotlib would read `$...$` as mathtext,
+    and refuse a name that is no valid formula)."""
+    text = text if len(text) <= most else text[: most - 1] + "…"
+    return text.replace("$", r"\$")
+
+
 def plot_pass_rates(items: list[dict], path: Path) -> None:
     from matplotlib.patches import Patch
 
@@ -310,7 +404,7 @@ def plot_pass_rates(items: list[dict], path: Path) -> None:
     fig, ax = figure(8, 1.2 + 0.25 * len(items))
     y = list(range(len(items)))[::-1]  # the first case on top
     ax.barh(y, [100 * r["pass_rate"] for r in items], color=[colors[r["problem"]] for r in items])
-    ax.set_yticks(y, [r["case"] for r in items], fontsize=7)
+    ax.set_yticks(y, [label(r["case"]) for r in items], fontsize=7)
     ax.set(xlim=(0, 100), xlabel="% of submissions passing", title="pass rate per case")
     ax.legend(handles=[Patch(color=c, label=p) for p, c in colors.items()], fontsize=7)
     save(fig, path)
@@ -333,6 +427,7 @@ def analyse(results: Mapping[str, Mapping], out: Path) -> Analysis:
 
 
 def print_analysis(analysis: Analysis, console: Console | None = None, caption: str | None = None) -> None:
+    safe_terminal()
     console = console or Console(width=None if sys.stdout.isatty() else 160)
     table = Table(title="cases: how the class did", caption=caption)
     table.add_column("case", no_wrap=True)
@@ -405,7 +500,8 @@ def merge(folders: list[Path], out: Path, submissions: Path | None = None) -> di
         raise ReportError(f"--out {out} is one of the folders being merged: choose a new folder")
     if submissions is not None and not Path(submissions).is_dir():
         raise ReportError(f"--submissions {submissions} is not a folder of submissions")
-    results = merge_results(folders, allow_empty=submissions is not None)
+    bad: dict[str, str] = {}
+    results = merge_results(folders, allow_empty=submissions is not None, bad=bad)
     if len(stamped_parts(results)) > 1:
         print(
             "warning: these results were not all graded with the same course, fixtures, grader "
@@ -413,9 +509,13 @@ def merge(folders: list[Path], out: Path, submissions: Path | None = None) -> di
         )
     for name, data in results.items():
         write_results(out / f"{name}.json", data)
-    write_scores(out / SCORES, [score_row(name, data) for name, data in results.items()])
+    unreadable = [
+        {"submission": name, "score": 0.0, "max_score": 0.0, "held": "", "error": why} for name, why in bad.items()
+    ]
+    write_scores(out / SCORES, [score_row(name, data) for name, data in results.items()] + unreadable)
     print_analysis(analyse(results, out), caption=f"{len(results)} submissions from {len(folders)} folders")
     print(printable(f"merged {len(results)} submissions into {out / SCORES}"))
     if submissions is None:
         return {}
-    return unfinished(results, [p.name for p in submission_folders(Path(submissions))])
+    missing = unfinished(results, [p.name for p in submission_folders(Path(submissions))])
+    return {name: "its results file was passed over" if name in bad else why for name, why in missing.items()}

@@ -24,6 +24,7 @@ from cs_basics.harness.cases import Case, points_by_case
 from cs_basics.harness.config import Assignment
 from cs_basics.harness.grading.grade import Grade
 from cs_basics.harness.grading.results import cut_to_bytes, not_gradable_why, test_name
+from cs_basics.harness.text import json_text
 
 WORKFLOW_NAME = "Autograding Tests"  # the handout's workflow, named as Classroom names its own
 CAVEAT = (
@@ -108,7 +109,7 @@ def encoded(found: dict) -> str:
     """The step's outputs: `<problem>=<base64 of its runner's JSON>`, a line each."""
     lines = []
     for problem, data in found.items():
-        text = json.dumps(data)
+        text = json_text(data, indent=None)
         lines.append(f"{problem}={base64.b64encode(text.encode()).decode()}\n")
     return "".join(lines)
 

@@ -23,6 +23,7 @@ from cs_basics.harness.grading.limits import limits_from as limits_from  # the c
 from cs_basics.harness.grading.results import print_table, printable
 from cs_basics.harness.grading.sandbox import STOP, Limits, StaffError, Worker, stopping_on_signals
 from cs_basics.harness.grading.upload import NotGradable, laid_out
+from cs_basics.harness.text import safe_terminal
 
 
 def as_outputs(results: Path | list[Output]) -> list[Output]:
@@ -81,6 +82,7 @@ def grade_one(
     grade; 2 when the staff must act; 128 + the signal when a signal stopped it (the results files hold what
     was graded by then)."""
     outputs = as_outputs(results)
+    safe_terminal()  # a character the terminal's encoding lacks is printed as an escape, never a crash
     console = Console(stderr=quiet, width=None if sys.stdout.isatty() else 100)
     with stopping_on_signals() as came:
         try:

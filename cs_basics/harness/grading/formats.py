@@ -9,12 +9,13 @@ scores differently; each keeps hidden what its platform's students can see. `cs-
 format is the default.
 
 Every output is written as grading writes Gradescope's: a valid file saying "grading did not finish"
-first, the real one at the end, each by a rename over the old (never half a file).
+first, the real one at the end, each by a rename over the old (never half a file). Every JSON file goes
+through `text.json_text`: each string `printable` again, whatever a writer put there (no NUL, no lone
+surrogate, no control character).
 """
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ from pathlib import Path
 from cs_basics.harness.config import Assignment
 from cs_basics.harness.grading import classroom, junit, prairielearn, results
 from cs_basics.harness.grading.grade import Grade
+from cs_basics.harness.text import json_text
 
 GRADE_ROOT = "CS_BASICS_GRADE_ROOT"  # PrairieLearn's /grade, moved (the staff tests lay one out in a temp folder)
 AUTOGRADER_ROOT = "AUTOGRADER_ROOT"  # Gradescope's /autograder, moved (as the bundle's run_autograder reads it)
@@ -33,7 +35,7 @@ class FormatError(Exception):
 
 
 def _json(data: dict) -> str:
-    return json.dumps(data, indent=2) + "\n"
+    return json_text(data) + "\n"  # every string printable again: no writer can leave a NUL or a lone surrogate
 
 
 @dataclass(frozen=True)

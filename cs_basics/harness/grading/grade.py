@@ -35,6 +35,7 @@ from cs_basics.harness.rule.glue import GLUE
 from cs_basics.harness.rule.record import recording
 from cs_basics.harness.rule.scan import Unreadable
 from cs_basics.harness.rule.scanprocess import Scanner
+from cs_basics.harness.text import printable
 
 HIDDEN_BREACH = (  # a public case's entry, when a hidden case broke the rule: that case's entry says how
     "0 points for {problem}: it must be written from scratch, but a hidden case ran what the rule forbids; "
@@ -68,6 +69,9 @@ class TestResult:
     seconds: float = 0.0
     printed: str = ""  # a hidden case's: what the code printed while it ran
 
+    def __post_init__(self):  # what the submission printed and raised enters the grade made safe for every reader
+        self.output, self.printed = printable(self.output), printable(self.printed)
+
     @property
     def message(self) -> str:
         """The entry's text: the verdict, then what a hidden case printed (its entry alone shows that)."""
@@ -89,6 +93,9 @@ class Grade:
     sandbox: dict = field(default_factory=dict)  # which sandbox graded it (Worker.summary)
     hidden_visibility: str = "after_published"  # the course's visibility of hidden cases' entries
     held: list[str] = field(default_factory=list)  # problems held for the staff's review (code that reaches in)
+
+    def __post_init__(self):  # what the code printed, and notes that name the submission's files
+        self.output, self.notes = printable(self.output), [printable(note) for note in self.notes]
 
     @property
     def score(self) -> float:

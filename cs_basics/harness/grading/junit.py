@@ -1,78 +1,116 @@
 """Grades as JUnit XML, the report CodeGrade, GitLab, Jenkins and most CI read.
 
-The layout is Jenkins' and Ant's, as pytest's `--junitxml` writes it: `testsuites` > `testsuite` >
-one `testcase` per graded case (`classname` the problem, `name` the case, `time` its seconds), with
-a `failure` holding the message pytest and Gradescope give, or `skipped` for a case that was not run
-(a stop, a problem stuck twice: a message starting `not run`; the total time limit's are failures),
-and the points as `properties` (`points`, `max_points`; the suite's add up).
+The layout is the one both schemas CI readers validate with accept: Jenkins xUnit's `junit-10.xsd`
+(jenkinsci/xunit-plugin) and Ant's `JUnit.xsd` (windyroad/JUnit-Schema). So: `testsuites` with no
+attributes (Ant allows none) > one `testsuite` with every attribute Ant requires (`name`, `package`, `id`,
+`timestamp`, `hostname`, `tests`, `failures`, `errors`, `time`; `skipped`) holding, in Ant's order,
+`properties` (the points: the suite's total `points` and `max_points`, and one `points <case>` = `points/most`
+per case shown; neither schema allows `properties` inside a `testcase`), one `testcase` per graded case
+(`classname` the problem, `name` the case, `time` its seconds), then `system-out` (each case's points as a
+line, and what the code printed before the first hidden case) and `system-err` (empty; Ant requires both).
+A failed case has one `failure` (`message` its first line, `type`, the whole message as its text: GitLab
+shows the text alone, and a failure without one as the hash of its attributes); a case that was not run (a
+stop, a problem stuck twice, an earlier failure that ended the process: a message starting `not run`) is
+`skipped`, with text too; the total time limit's are failures.
 A JUnit reader shows every test to whoever reads the report, with no per-test visibility, so hidden
 cases are written as PrairieLearn shows them (`hidden_summary`: each with its name, points and
 pass/fail, or one line for all), never with what they printed or raised.
 
-XML 1.0 cannot hold most control characters, so a submission's text passes through `printable`
-(as `cat -v` shows them) before it is written.
+XML 1.0 cannot hold most control characters, lone surrogates or U+FFFE/U+FFFF, so every text passes
+through `printable` (as `cat -v` shows them) before it is written.
 """
 
 from __future__ import annotations
 
-import re
+import time
 import xml.etree.ElementTree as ET
 
 from cs_basics.harness.cases import Case
 from cs_basics.harness.config import Assignment
 from cs_basics.harness.grading.grade import Grade
 from cs_basics.harness.grading.prairielearn import MESSAGE_BYTES, OUTPUT_BYTES, hidden_summary, summary_until_graded
-from cs_basics.harness.grading.results import cut_to_bytes, not_gradable_why, printable, test_name
+from cs_basics.harness.grading.results import cut_to_bytes, not_gradable_why, printed_section, test_name
+from cs_basics.harness.text import printable
 
 NOT_RUN = "not run"  # how the grader's message for a case it never ran begins
-NOT_XML = re.compile("[\ufffe\uffff\ud800-\udfff]")  # code points XML 1.0 refuses besides the controls
+HOSTNAME = "localhost"  # Ant's `hostname` is required; the grading machine's own name is nobody's business
+FAILED, NOT_RUN_HIDDEN = "hidden case: failed", "hidden case: not run"
 
 
 def xml_text(text: str, limit: int = MESSAGE_BYTES) -> str:
-    return NOT_XML.sub("\ufffd", printable(cut_to_bytes(text, limit)))
+    return printable(cut_to_bytes(printable(text), limit))
 
 
-def _properties(parent: ET.Element, **values: float) -> None:
-    props = ET.SubElement(parent, "properties")
-    for name, value in values.items():
-        ET.SubElement(props, "property", name=name, value=repr(round(value, 6)))  # results.json's digits
+def points(value: float) -> str:
+    return repr(round(value, 6))  # results.json's digits
 
 
-def _case(suite: ET.Element, case: Case, points: float, most: float, passed: bool, message: str, seconds: float):
+def _property(suite: ET.Element, name: str, value: str) -> None:
+    ET.SubElement(suite.find("properties"), "property", name=name, value=value)
+
+
+def _result(element: ET.Element, kind: str, message: str, text: str, **attributes: str) -> None:
+    """A `failure` or `skipped` whose text is never empty: GitLab shows the text alone."""
+    result = ET.SubElement(element, kind, message=xml_text(message, 4096), **attributes)
+    result.text = xml_text(text or message)
+
+
+def _case(suite: ET.Element, case: Case, got: float, most: float, passed: bool, message: str, seconds: float):
     seconds = 0.0 if case.hidden else seconds  # a hidden case's time is what it computed (it may sleep an input)
-    element = ET.SubElement(suite, "testcase", classname=case.problem, name=test_name(case), time=f"{seconds:.3f}")
-    _properties(element, points=points, max_points=most)
+    name = test_name(case)
+    element = ET.SubElement(suite, "testcase", classname=case.problem, name=name, time=f"{seconds:.3f}")
+    _property(suite, f"points {name}", f"{points(got)}/{points(most)}")
     if passed:
         return
-    if case.hidden:
-        ET.SubElement(element, "failure", message="hidden case: failed")
+    if case.hidden:  # nothing of what it printed or raised: only whether it ran
+        if message.startswith(NOT_RUN):
+            _result(element, "skipped", NOT_RUN_HIDDEN, NOT_RUN_HIDDEN)
+        else:
+            _result(element, "failure", FAILED, FAILED, type="hidden")
     elif message.startswith(NOT_RUN):
-        ET.SubElement(element, "skipped", message=xml_text(message.splitlines()[0], 4096))
+        _result(element, "skipped", message.splitlines()[0], message)
     else:
-        failure = ET.SubElement(element, "failure", message=xml_text(message.splitlines()[0] if message else "", 4096))
-        failure.text = xml_text(message)
+        first = message.splitlines()[0] if message.strip() else "failed"
+        _result(element, "failure", first, message, type="failed")
+
+
+def _hidden_line(suite: ET.Element, hidden: list[tuple]) -> None:
+    """`hidden_summary = "one_line"`: one testcase for every hidden case."""
+    element = ET.SubElement(suite, "testcase", classname="hidden", name="hidden cases", time="0.000")
+    got, most = sum(r[1] for r in hidden), sum(r[2] for r in hidden)
+    _property(suite, "points hidden cases", f"{points(got)}/{points(most)}")
+    passed = sum(1 for r in hidden if r[3])
+    not_run = sum(1 for r in hidden if not r[3] and r[4].startswith(NOT_RUN))
+    line = f"{passed} of {len(hidden)} hidden cases passed"
+    if passed + not_run < len(hidden):
+        _result(element, "failure", line, line, type="hidden")
+    elif not_run:
+        _result(element, "skipped", f"{line}; {not_run} not run", f"{line}; {not_run} not run")
 
 
 def _document(rows: list[tuple[Case, float, float, bool, str, float]], summary: str, printed: str, held=()):
     """rows: (case, points, max_points, passed, message, seconds). The suite's time is the public cases'
     alone: the whole grading's would tell how long the hidden cases took."""
-    root = ET.Element("testsuites", name="cs-basics")
-    suite = ET.SubElement(root, "testsuite", name="cs-basics grade")
-    _properties(suite, points=sum(r[1] for r in rows), max_points=sum(r[2] for r in rows))
+    root = ET.Element("testsuites")
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())  # Ant's pattern: no zone, no fraction (UTC)
+    suite = ET.SubElement(root, "testsuite", name="cs-basics grade", package="cs-basics", id="0", timestamp=stamp)
+    suite.set("hostname", HOSTNAME)
+    ET.SubElement(suite, "properties")
+    _property(suite, "points", points(sum(r[1] for r in rows)))
+    _property(suite, "max_points", points(sum(r[2] for r in rows)))
     if held:  # problems held for the staff's review (Gradescope's extra_data holds them)
-        ET.SubElement(suite.find("properties"), "property", name="held", value=",".join(held))
+        _property(suite, "held", xml_text(",".join(held)))
     hidden = [r for r in rows if r[0].hidden]
     for row in rows:
         if not row[0].hidden or summary == "each":
             _case(suite, *row)
     if hidden and summary == "one_line":
-        element = ET.SubElement(suite, "testcase", classname="hidden", name="hidden cases", time="0.000")
-        _properties(element, points=sum(r[1] for r in hidden), max_points=sum(r[2] for r in hidden))
-        passed = sum(1 for r in hidden if r[3])
-        if passed < len(hidden):
-            ET.SubElement(element, "failure", message=f"{passed} of {len(hidden)} hidden cases passed")
-    if printed.strip():
-        ET.SubElement(suite, "system-out").text = xml_text(printed, OUTPUT_BYTES)
+        _hidden_line(suite, hidden)
+    shown = [p for p in suite.find("properties") if p.get("name").startswith("points ")]
+    lines = [f"{p.get('name').removeprefix('points ')}: {p.get('value')} points" for p in shown]
+    out = "\n".join(["Points per case:", *lines, "", printed_section(xml_text(printed, OUTPUT_BYTES))]).strip()
+    ET.SubElement(suite, "system-out").text = out + "\n"
+    ET.SubElement(suite, "system-err")
     cases = suite.findall("testcase")
     counts = {
         "tests": len(cases),
@@ -81,8 +119,7 @@ def _document(rows: list[tuple[Case, float, float, bool, str, float]], summary: 
         "skipped": sum(1 for c in cases if c.find("skipped") is not None),
     }
     seconds = sum(r[5] for r in rows if not r[0].hidden)
-    for element in (root, suite):
-        element.attrib.update({k: str(v) for k, v in counts.items()}, time=f"{seconds:.3f}")
+    suite.attrib.update({k: str(v) for k, v in counts.items()}, time=f"{seconds:.3f}")
     ET.indent(root)
     return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
 

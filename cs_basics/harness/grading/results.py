@@ -6,16 +6,16 @@ The format is Gradescope's autograder specification: top-level `score`, `executi
 first hidden case's inputs existed reaches the top-level `output`; what a hidden case printed or
 raised is in its own entry, whose visibility is the course's `hidden_visibility`.
 
-Text from a submission (what it printed, its exception messages, its file and folder names) is kept
-as it is in results.json, where JSON escapes it, and passes through `printable` before it reaches a
-terminal or a log: an escape sequence in an exception message must not clear the staff's screen.
+Text from a submission (what it printed, its exception messages, its file and folder names) passes
+through `printable` (cs_basics/harness/text.py) as it enters the grade, and again as each file is written
+and each line printed: no lone surrogate (PrairieLearn's database refuses its escape), no NUL, no control
+character (an escape sequence in an exception message must not clear the staff's screen).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import tempfile
 from pathlib import Path
 
@@ -25,24 +25,9 @@ from rich.table import Table
 
 from cs_basics.harness.config import HIDDEN_VISIBILITIES, Assignment, ConfigError
 from cs_basics.harness.grading.grade import Grade
+from cs_basics.harness.text import json_text, printable, safe_terminal
 
 OUTPUT_LIMIT = 8000  # characters of output per test
-# control characters (C0 but newline and tab, DEL, C1) and the bidirectional overrides that reorder a line
-CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
-
-
-def printable(text: object) -> str:
-    """`text` with every control character made visible, as `cat -v` does (ESC as `^[`, BEL as `^G`,
-    DEL as `^?`; C1 and the bidirectional overrides as `\\x9b`, `\\u202e`), newlines and tabs kept: what
-    a submission brought, fit for a terminal or a log."""
-    return CONTROLS.sub(_visible, str(text))
-
-
-def _visible(match: re.Match) -> str:
-    code = ord(match[0])
-    if code < 0x20 or code == 0x7F:
-        return "^" + chr(code ^ 0x40)
-    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
 
 
 def test_name(case) -> str:
@@ -125,11 +110,12 @@ def write_atomic(path: Path, text: str | bytes) -> None:
 
 
 def write_results(path: Path, data: dict) -> None:
-    write_atomic(path, json.dumps(data, indent=2) + "\n")
+    write_atomic(path, json_text(data) + "\n")
 
 
 def print_table(grade: Grade, console: Console | None = None) -> None:
     """Each test's points, grouped by problem, with each problem's total and the grand total."""
+    safe_terminal()
     console = console or Console()
     table = Table(title="cs-basics grade")
     table.add_column("test", no_wrap=True)
@@ -140,7 +126,7 @@ def print_table(grade: Grade, console: Console | None = None) -> None:
         for t in tests:
             mark = "[green]passed[/]" if t.passed else "[red]failed[/]"
             hidden = " (hidden)" if t.case.hidden else ""
-            table.add_row(escape(test_name(t.case)) + hidden, f"{t.score:.3g}/{t.max_score:.3g}", mark)
+            table.add_row(escape(printable(test_name(t.case))) + hidden, f"{t.score:.3g}/{t.max_score:.3g}", mark)
         score, most = sum(t.score for t in tests), sum(t.max_score for t in tests)
         table.add_row(f"[bold]{problem}[/]", f"[bold]{score:.3g}/{most:.3g}[/]", "", end_section=True)
     table.add_row("[bold]total[/]", f"[bold]{grade.score:.3g}/{grade.max_score:.3g}[/]", "")
@@ -149,7 +135,8 @@ def print_table(grade: Grade, console: Console | None = None) -> None:
         if not t.passed and not t.case.hidden:
             first_line = t.output.splitlines()[0] if t.output else ""
             # never wrapped: a wrap could start a line with the student's `::command::`, which GitHub's runner obeys
-            console.print(f"[red]{escape(test_name(t.case))}[/]: {escape(printable(first_line))}", soft_wrap=True)
+            name = escape(printable(test_name(t.case)))
+            console.print(f"[red]{name}[/]: {escape(printable(first_line))}", soft_wrap=True)
 
 
 def cut_to_bytes(text: str, limit: int, note: str = "\n[... cut]") -> str:
