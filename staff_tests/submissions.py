@@ -66,9 +66,17 @@ def fingerprint(*folders: Path) -> dict[str, str]:
     }
 
 
-def keeps_memory(tmp: Path, mb: int = 300, name: str = "hungry") -> Path:
+def keeps_memory(tmp: Path, mb: int = 300, name: str = "hungry", shared: bool = False) -> Path:
     """A submission whose attention keeps `mb` MiB more at each call (an inefficient honest one does the
     same): past a container's memory its problem must lose, and the grader still finish with a verdict.
-    Its softmax is the reference's, and the attention's memory never reaches it: softmax must score."""
-    body = f"_kept.append(torch.ones({mb} << 18))  # {mb} MiB of float32, kept for good\n"
+    Its softmax is the reference's, and the attention's memory never reaches it: softmax must score.
+    `shared`: in a shared mapping, written page by page, which RLIMIT_DATA does not count (only the
+    container's limit does, and the kernel's OOM killer enforces it)."""
+    if shared:
+        body = (
+            f"import mmap\nkept = mmap.mmap(-1, {mb} << 20)  # MAP_SHARED\n"
+            "for page in range(0, len(kept), 4096):\n    kept[page] = 1\n_kept.append(kept)\n"
+        )
+    else:
+        body = f"_kept.append(torch.ones({mb} << 18))  # {mb} MiB of float32, kept for good\n"
     return submission(tmp, "_kept = []\n\n\n" + wrap_attention(body), name=name)

@@ -27,11 +27,12 @@ from cs_basics.harness.cgroup import CgroupMemory, cgroup_memory
 from cs_basics.harness.config import Assignment
 from cs_basics.harness.grading.grade import grade
 from cs_basics.harness.grading.limits import CODE_FLOOR_MB, GRADER_MB, SERVER_MB, Limits, out_of_memory, within_memory
-from cs_basics.harness.grading.sandbox import Attempt, ChildLog, Lines, Worker
+from cs_basics.harness.grading.sandbox import Attempt, ChildLog, Lines, Worker, bubblewrap_runs
 
 from .submissions import ROOT, keeps_memory
 
 MiB = 1 << 20
+needs_bubblewrap = pytest.mark.skipif(not bubblewrap_runs(), reason="bubblewrap does not run here: only the fallback")
 V1_NO_LIMIT = "9223372036854771712"  # what cgroup v1 writes for no limit (4 KiB pages)
 
 
@@ -145,15 +146,21 @@ def test_without_a_limit_the_staffs_memory_stays() -> None:
 
 def test_the_code_gets_what_the_container_leaves_the_grader() -> None:
     fitted = within_memory(Limits(memory_mb=4096), memory(768))
-    assert fitted.memory_mb == 768 - GRADER_MB - SERVER_MB > 0
+    assert fitted.memory_mb == fitted.tmp_mb == 768 - GRADER_MB - SERVER_MB > 0
     assert len(fitted.notes) == 1 and "768 MiB" in fitted.notes[0] and "not 4096" in fitted.notes[0]
     assert "too little" not in fitted.notes[0]
     unlimited = within_memory(Limits(memory_mb=0), memory(768))  # 0: no limit asked, one given all the same
     assert unlimited.memory_mb == fitted.memory_mb and "not none" in unlimited.notes[0]
 
 
-def test_the_staffs_lower_limit_wins() -> None:
-    assert within_memory(Limits(memory_mb=50), memory(768)) == Limits(memory_mb=50)
+def test_the_staffs_lower_limits_win() -> None:
+    assert within_memory(Limits(memory_mb=50, tmp_mb=40), memory(768)) == Limits(memory_mb=50, tmp_mb=40)
+
+
+def test_the_temporary_folders_are_memory_too() -> None:
+    fitted = within_memory(Limits(memory_mb=50, tmp_mb=512), memory(768))
+    assert (fitted.memory_mb, fitted.tmp_mb) == (50, 768 - GRADER_MB - SERVER_MB)
+    assert fitted.notes[0].startswith(f"its temporary folders hold {fitted.tmp_mb} MiB, not 512: ")
 
 
 def test_each_worker_gets_its_share() -> None:
@@ -261,14 +268,29 @@ def with_rmdir(group: Path) -> None:
             time.sleep(0.1)
 
 
-def test_a_hungry_submission_loses_its_problem_and_the_grader_finishes(tmp_path: Path) -> None:
+LIMIT_MB = CONTAINER_MB - GRADER_MB - SERVER_MB
+COUNTED = f"your code used more than {LIMIT_MB} MiB of memory"  # RLIMIT_DATA stopped an allocation
+KILLED = "was killed by signal SIGKILL during this case: the memory this grading runs in ran out"
+
+
+@pytest.mark.parametrize(
+    ("shared", "sandbox", "verdict"),
+    [
+        pytest.param(False, "bubblewrap", COUNTED, id="counted-bubblewrap", marks=needs_bubblewrap),
+        pytest.param(False, "fallback", COUNTED, id="counted-fallback"),
+        pytest.param(True, "fallback", KILLED, id="shared-fallback"),  # past RLIMIT_DATA: the OOM killer's
+    ],
+)
+def test_a_hungry_submission_loses_its_problem_and_the_grader_finishes(
+    tmp_path: Path, shared: bool, sandbox: str, verdict: str
+) -> None:
     group = memory_cgroup(CONTAINER_MB)
     if group is None:
         pytest.skip("no cgroup v1 memory cgroup can be made here (needs root and /sys/fs/cgroup/memory)")
     try:
         results = tmp_path / "results.json"
-        command = [sys.executable, "-m", "cs_basics.cli", "grade", "--project", str(ROOT)]
-        command += ["--submission", str(keeps_memory(tmp_path)), "--results", str(results), "--quiet"]
+        command = [sys.executable, "-m", "cs_basics.cli", "grade", "--project", str(ROOT), "--sandbox", sandbox]
+        command += ["--submission", str(keeps_memory(tmp_path, shared=shared)), "--results", str(results), "--quiet"]
         done = subprocess.run(
             command,
             cwd=ROOT,
@@ -285,8 +307,6 @@ def test_a_hungry_submission_loses_its_problem_and_the_grader_finishes(tmp_path:
     softmax = [t for t in tests if t["name"].startswith("test_softmax")]
     attention = [t for t in tests if "attention" in t["name"]]
     assert softmax and all(t["score"] == t["max_score"] for t in softmax), softmax
-    limit = CONTAINER_MB - GRADER_MB - SERVER_MB
-    assert attention and all(t["score"] == 0 for t in attention)
-    assert all(f"your code used more than {limit} MiB of memory" in t["output"] for t in attention), attention[0]
-    assert f"the code's memory limit is {limit} MiB" in done.stderr
+    assert attention and all(t["score"] == 0 and verdict in t["output"] for t in attention), attention[0]
+    assert f"the code's memory limit is {LIMIT_MB} MiB" in done.stderr
     assert peak_mb <= CONTAINER_MB

@@ -7,7 +7,7 @@ import dataclasses
 import re
 from dataclasses import dataclass
 
-from cs_basics.harness.cgroup import CgroupMemory, own_memory
+from cs_basics.harness.cgroup import CgroupMemory, oom_kills, own_memory
 
 # What the grader holds besides the submission's code, for fitting the code's limit into the memory the
 # machine gives (docs/benchmarks.md, "Memory"): the grader and each worker's grading server import torch,
@@ -60,23 +60,32 @@ def limits_from(args: argparse.Namespace, workers: int = 1) -> Limits:
 
 
 def within_memory(limits: Limits, memory: CgroupMemory | None, workers: int = 1) -> Limits:
-    """`limits`, the code's memory lowered to what the cgroup's limit leaves once the grader and `workers`
-    grading servers have theirs: past that limit the kernel's OOM killer ends a process, the grader's as
-    readily as the code's, and the submission gets no grade at all. The staff's lower limit stays."""
+    """`limits`, the code's memory and its temporary folders (a tmpfs: memory too) lowered to what the
+    cgroup's limit leaves once the grader and `workers` grading servers have theirs: past that limit the
+    kernel's OOM killer ends a process, the grader's as readily as the code's, and the submission gets no
+    grade at all. The staff's lower limits stay."""
     if memory is None or memory.limit_mb is None:
         return limits
     room = GRADER_MB + workers * SERVER_MB
     fits = max((memory.limit_mb - room) // workers, CODE_FLOOR_MB)
-    if limits.memory_mb and limits.memory_mb <= fits:
+    lowered = []
+    if not limits.memory_mb or limits.memory_mb > fits:
+        lowered.append(f"the code's memory limit is {fits} MiB, not {limits.memory_mb or 'none'}")
+    if limits.tmp_mb > fits:
+        lowered.append(f"its temporary folders hold {fits} MiB, not {limits.tmp_mb}")
+    if not lowered:
         return limits
     why = f"the memory this runs in ({memory.limit_mb} MiB, cgroup {memory.folder}) less the grader's {room} MiB"
-    note = f"the code's memory limit is {fits} MiB, not {limits.memory_mb or 'none'}: {why}"
+    note = f"{' and '.join(lowered)}: {why}"
     if fits * workers + room > memory.limit_mb:
         note += (
             f"; that leaves too little, so the code keeps {CODE_FLOOR_MB} MiB and the grading may be killed: "
             f"give it at least {room + workers * CODE_FLOOR_MB} MiB"
         )
-    return dataclasses.replace(limits, memory_mb=fits, notes=(*limits.notes, note))
+    memory_mb = min(limits.memory_mb or fits, fits)
+    return dataclasses.replace(
+        limits, memory_mb=memory_mb, tmp_mb=min(limits.tmp_mb, fits), notes=(*limits.notes, note)
+    )
 
 
 # how running out of memory reads where the code's limit stopped an allocation: Python's MemoryError, torch's
@@ -90,3 +99,13 @@ def out_of_memory(message: str, memory_mb: int) -> str | None:
     if not memory_mb or not OUT_OF_MEMORY.search(message):
         return None
     return f"your code used more than {memory_mb} MiB of memory, the limit of the process running it"
+
+
+def killed_for_memory(kills_before: int | None) -> str:
+    """What to add to the sentence of a job that died during a case, where the kernel's OOM killer has ended
+    a process of this cgroup since `kills_before` (oom_kills() as the job started): past RLIMIT_DATA's count
+    (shared memory, a tmpfs), the container's memory ran out, and the job's child goes first."""
+    kills = oom_kills()
+    if kills_before is None or kills is None or kills <= kills_before:
+        return ""
+    return ": the memory this grading runs in ran out (the kernel's OOM killer ended it)"

@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from cs_basics.harness.cgroup import oom_kills
 from cs_basics.harness.grading.attempts import ChildLog
-from cs_basics.harness.grading.limits import Limits, out_of_memory
+from cs_basics.harness.grading.limits import Limits, killed_for_memory, out_of_memory
 from cs_basics.harness.grading.stopping import STOP, StaffError, stop_reason
 from cs_basics.harness.portable import open_unfollowed
 
@@ -43,6 +44,7 @@ def run_once(worker: Worker, job: dict, cases: list[str], state: RunState) -> tu
     """One child over `cases`; fills `state.runs` for the cases it reached. Returns the unreached ones,
     and whether a fresh child should take them (not after an import failure, the total limit or a stop)."""
     limits = worker.limits
+    kills = oom_kills()
     attempt = worker.attempt(job | {"cases": cases}, state.log_for(cases[0]))
     current, started = None, time.monotonic()
     deadline = min(started + limits.import_seconds, state.stop_at)
@@ -90,7 +92,8 @@ def run_once(worker: Worker, job: dict, cases: list[str], state: RunState) -> tu
             state.halt(remaining, why)
             return [], False
         if remaining and current is not None:  # the pipe closed mid-case: the interpreter died
-            state.fail([current], f"the Python process running your code {attempt.how} during this case")
+            why = f"the Python process running your code {attempt.how} during this case{killed_for_memory(kills)}"
+            state.fail([current], why)
             remaining.remove(current)
         elif remaining:
             state.halt(remaining, f"the Python process running your code {attempt.how} before it ran")

@@ -24,6 +24,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from cs_basics.harness.cgroup import killed_first
 from cs_basics.harness.portable import is_linux, unix_module
 
 MAIN_GUARD = "__name__"  # `if __name__ == "__main__":` blocks never run on import
@@ -622,6 +623,7 @@ def bounded_scan(job: dict) -> dict:
         except (ValueError, OSError):  # macOS may refuse RLIMIT_AS; on Linux, the staff must hear of it
             if is_linux():
                 raise
+    killed_first()
     sys.setrecursionlimit(RECURSION_LIMIT)
     threading.stack_size(STACK_BYTES)
     result: dict = {}
