@@ -81,9 +81,8 @@ class Module:
         self.defs: dict[str, list[ast.AST]] = {}  # functions, classes and assigned names
         self.other: list[ast.stmt] = []  # module-level code that runs on import
         self._package = name.split(".") if path.endswith("__init__.py") else name.split(".")[:-1]
-        self._read_aliases()
         prune_dead_code(self.tree, self._never_true if type_checking_dead else _constant_false)
-        self.aliases = {}  # again, without the imports in code that never runs
+        self.aliases = {}  # read after the pruning: an import in code that never runs binds nothing
         self._read_aliases()
         for node in self.tree.body:
             self._define(node)
@@ -102,6 +101,8 @@ class Module:
         if not chain or chain[-1] != TYPE_CHECKING:
             return False
         head = chain[0]
+        if not self.aliases:  # every import, dead or not, read once: `from typing import TYPE_CHECKING` comes first
+            self._read_aliases()
         full = ".".join([self.aliases.get(head, head), *chain[1:]])
         rebound = any(
             (isinstance(n, ast.Name) and n.id == head and not isinstance(n.ctx, ast.Load))
@@ -256,6 +257,7 @@ class Program:
     def __init__(self, modules: Iterable[Module]):
         self.modules = {m.name: m for m in modules}
         self._instances: dict[str, dict[str, bool]] = {}
+        self._plain_classes: dict[tuple, bool] = {}
 
     @cached_property
     def trusted_methods(self) -> set[int]:
@@ -265,15 +267,15 @@ class Program:
         proves something only where that `self` is itself own."""
         candidates = candidate_methods(self)
         names = {m.name for m in candidates.values()}
+        uses = {m: list(method_uses(module.tree, names)) for m, module in self.modules.items()} if names else {}
         untrusted: set[str] = set()
         while True:
             trusted = {i for i, m in candidates.items() if m.name not in untrusted}
             found = set()
-            for module in self.modules.values():
-                own = OwnObjects(module, self, trusted).collect(module.tree)
-                for name, on, first in method_uses(module.tree, names - untrusted):
-                    if on not in own and first not in own:
-                        found.add(name)
+            for name, module in self.modules.items():
+                read = [use for use in uses.get(name, []) if use[0] not in untrusted]
+                own = OwnObjects(module, self, trusted).collect(module.tree) if read else ()
+                found |= {method for method, on, first in read if on not in own and first not in own}
             if not found:
                 return trusted
             untrusted |= found
@@ -316,7 +318,11 @@ class Program:
         library base that is a metaclass, decorated by nothing but dataclasses.dataclass."""
         chain = dotted(node)
         target = self.resolve(module, chain)[1] if chain else None
-        return target is not None and self._plain(target, frozenset())
+        if target is None:
+            return False
+        if target not in self._plain_classes:
+            self._plain_classes[target] = self._plain(target, frozenset())
+        return self._plain_classes[target]
 
     def _plain(self, target: tuple, seen: frozenset) -> bool:
         owner = self.modules.get(target[0])
