@@ -9,6 +9,8 @@ the student's modules (a name-based call graph), and the module-level code of th
 reaches. A method called on something the scan cannot resolve (`self.softmax(x)`,
 `scores.softmax(-1)`) is not a use: the run-time record (record.py) decides those. Patterns are
 matched with fnmatch, so `torch.ops.*` forbids every operator reached through `torch.ops`.
+Code that cannot run (after an unconditional `return`, under `if False:` or `if TYPE_CHECKING:`, ...) is
+removed before anything is read (prune_dead_code): a name there costs nothing.
 """
 
 from __future__ import annotations
