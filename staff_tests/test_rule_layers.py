@@ -333,11 +333,10 @@ class Options:
 
     @classmethod
     def default(cls, name):
-        return getattr(cls, name), getattr(Options, name)
+        return cls(**{name: None})
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
-        super().__setattr__("registered", True)
 
     def __repr__(self):
         return f"{type(self).__name__} from {type(self).__module__} ({self.__class__.__module__})"
@@ -353,9 +352,12 @@ class Frozen:
             getattr(self, f.name)
 
 
-def softmax(x, dim, name="dim", opts: Options = None):
+_DEFAULTS = Options(dim=-1)
+
+
+def softmax(x, dim, name="dim"):
     made = Options(dim=dim)
-    getattr(made, name), getattr(opts, name), getattr(type(made), name)
+    getattr(made, name), getattr(_DEFAULTS, name), made.get(name), made.drop(name), Options.default(name)
     helpers = {"x": [getattr(made, key) for key in vars(made)]}
     functools.reduce(operator.mul, x.shape, 1), operator.getitem(helpers, "x")
     _POOL.submit(lambda: x).result()
@@ -380,8 +382,19 @@ RUN_TIME_NAME = "getattr with a name built at run time"
         (["def inner(self):", "    return getattr(self, name)", "inner(F)"], f"{RUN_TIME_NAME} on self"),
         (["getattr(Options().__class__, name)"], f"{RUN_TIME_NAME} on Options().__class__"),
         (["Options = torch", "getattr(Options, name)"], f"{RUN_TIME_NAME} on Options"),
+        (["getattr(Options, name)"], f"{RUN_TIME_NAME} on Options"),  # a class: its methods, unbound
+        (["getattr(type(Options()), name)"], f"{RUN_TIME_NAME} on type(Options())"),
+        (["def inner(o: Options):", "    return getattr(o, name)", "inner(F)"], f"{RUN_TIME_NAME} on o"),
     ],
-    ids=["rebound_to_a_module", "self_of_a_plain_function", "an_attribute_of_an_instance", "a_shadowing_local"],
+    ids=[
+        "rebound_to_a_module",
+        "self_of_a_plain_function",
+        "an_attribute_of_an_instance",
+        "a_shadowing_local",
+        "a_class",
+        "the_type_of_an_instance",
+        "a_parameter_annotated_with_a_class",
+    ],
 )
 def test_a_name_that_is_not_plainly_the_students_own_object_still_holds(tmp_path, assignment, code, what):
     functional = f"""

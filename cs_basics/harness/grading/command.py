@@ -106,7 +106,7 @@ def grade_one(
         print(printable(f"cs-basics grade: {note}"), file=sys.stderr)
     for problem in result.held:
         print(
-            f"cs-basics grade: {problem} is held for the staff's review (its code reaches into the interpreter): "
+            f"cs-basics grade: {problem} is held for the staff's review (its entries say why): "
             f"read it, then grade again with --release {problem}",
             file=sys.stderr,
         )

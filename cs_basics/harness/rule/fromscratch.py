@@ -122,10 +122,11 @@ def library_hold(problem: str, case_id: str, computed: list[Computed]) -> str | 
     more = f"; and {len(computed) - 3} more" if len(computed) > 3 else ""
     return (
         f"0 points for {problem} for now, {HELD}: it must be written from scratch, but while computing case "
-        f"{case_id} library code computed part of it: {named}{more}. Graded code may call library functions "
-        "that compute nothing on its behalf (Tensor methods, torch.einsum, einops, F.pad, nn.Module calls, ...); "
-        "any other library function that runs operators for it is held until the staff read the code. The staff "
-        "may release the problem"
+        f"{case_id} it ran library arithmetic the course has not listed: {named}{more}. Graded code may call "
+        "library functions that compute nothing on its behalf (Tensor methods, torch.einsum, einops, F.pad, "
+        "nn.Module calls, ...); any other library function that runs operators for it is held until the staff "
+        "read the code. The staff may release the problem, or list a function that computes nothing for it as "
+        "glue (`library_glue` in [tool.cs-basics] of pyproject.toml)"
     )
 
 

@@ -44,6 +44,10 @@ GLUE = (
     "torch.nn.modules.flatten.*", "torch.nn.modules.container.*",
     # autograd.Function.apply, no_grad and its decorator, the device context
     "torch.autograd.function.*", "torch.autograd.grad_mode.*", "torch.utils._contextlib.*", "torch.utils._device.*",
+    # activation checkpointing: it saves, detaches and reruns the code it wraps (the student's), computes nothing
+    "torch.utils.checkpoint.*",
+    # the wrappers of torch._disable_dynamo (checkpoint's decorator): each calls the function it wraps, judged too
+    "torch._compile._disable_dynamo.<locals>.inner", "torch._dynamo.eval_frame.DisableContext.__call__.<locals>._fn",
     # einops; einx but for its softmax (computed from amax, exp and sum); type checkers' wrappers
     "einops.*", "einx.*", "!einx.*softmax*", "jaxtyping.*", "beartype.*",
     "torch.nn.modules.*._reset_parameters",

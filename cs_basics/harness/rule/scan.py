@@ -9,6 +9,8 @@ the student's modules (a name-based call graph), and the module-level code of th
 reaches. A method called on something the scan cannot resolve (`self.softmax(x)`,
 `scores.softmax(-1)`) is not a use: the run-time record (record.py) decides those. Patterns are
 matched with fnmatch, so `torch.ops.*` forbids every operator reached through `torch.ops`.
+Code that cannot run (after an unconditional `return`, under `if False:` or `if TYPE_CHECKING:`, ...) is
+removed before anything is read (prune_dead_code): a name there costs nothing.
 """
 
 from __future__ import annotations
@@ -20,8 +22,9 @@ import pickle
 import sys
 import threading
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 from cs_basics.harness.cgroup import killed_first
@@ -73,18 +76,43 @@ def matches(name: str, patterns: Iterable[str]) -> str | None:
 class Module:
     """One parsed file: its imports, its top-level definitions, and its other module-level code."""
 
-    def __init__(self, name: str, path: str, source: str | bytes):
+    def __init__(self, name: str, path: str, source: str | bytes | ast.Module, type_checking_dead: bool = True):
+        """`type_checking_dead`: `if TYPE_CHECKING:` blocks never run (false where the program assigns it)."""
         self.name, self.path = name, path
-        self.tree = ast.parse(source)
+        self.tree = source if isinstance(source, ast.Module) else ast.parse(source)
         self.aliases: dict[str, str] = {}
         self.defs: dict[str, list[ast.AST]] = {}  # functions, classes and assigned names
         self.other: list[ast.stmt] = []  # module-level code that runs on import
-        package = name.split(".") if path.endswith("__init__.py") else name.split(".")[:-1]
-        for node in ast.walk(self.tree):  # imports first, wherever they are, so aliases are known
-            if isinstance(node, ast.Import | ast.ImportFrom):
-                self._alias(node, package)
+        self._package = name.split(".") if path.endswith("__init__.py") else name.split(".")[:-1]
+        prune_dead_code(self.tree, self._never_true if type_checking_dead else _constant_false)
+        self.aliases = {}  # read after the pruning: an import in code that never runs binds nothing
+        self._read_aliases()
         for node in self.tree.body:
             self._define(node)
+
+    def _read_aliases(self) -> None:
+        for node in ast.walk(self.tree):  # imports first, wherever they are, so aliases are known
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                self._alias(node, self._package)
+
+    def _never_true(self, test: ast.expr) -> bool:
+        """A test that is false whenever it runs: a false constant, or typing's TYPE_CHECKING imported as such
+        and bound by nothing else in this module."""
+        if _constant_false(test):
+            return True
+        chain = dotted(test)
+        if not chain or chain[-1] != TYPE_CHECKING:
+            return False
+        head = chain[0]
+        if not self.aliases:  # every import, dead or not, read once: `from typing import TYPE_CHECKING` comes first
+            self._read_aliases()
+        full = ".".join([self.aliases.get(head, head), *chain[1:]])
+        rebound = any(
+            (isinstance(n, ast.Name) and n.id == head and not isinstance(n.ctx, ast.Load))
+            or (isinstance(n, ast.Global | ast.Nonlocal) and head in n.names)
+            for n in ast.walk(self.tree)
+        )  # fmt: skip
+        return full in TYPING_FLAGS and not rebound
 
     def _alias(self, node: ast.Import | ast.ImportFrom, package: list[str]) -> None:
         if isinstance(node, ast.Import):
@@ -106,6 +134,77 @@ class Module:
                 self.defs.setdefault(target.id, []).append(node)
         elif not isinstance(node, ast.Import | ast.ImportFrom) and not _is_main_guard(node):
             self.other.append(node)
+
+
+TYPE_CHECKING = "TYPE_CHECKING"
+TYPING_FLAGS = {"typing.TYPE_CHECKING", "typing_extensions.TYPE_CHECKING"}
+_ENDS_BLOCK = (ast.Return, ast.Raise, ast.Continue, ast.Break)
+_SCOPE_DECLARATIONS = (ast.Global, ast.Nonlocal)  # compile-time: they hold wherever they stand
+
+
+def _assigns_type_checking(tree: ast.AST) -> bool:
+    """`typing.TYPE_CHECKING = True`, `setattr(typing, "TYPE_CHECKING", 1)`: then no TYPE_CHECKING block is dead."""
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Attribute) and n.attr == TYPE_CHECKING and not isinstance(n.ctx, ast.Load):
+            return True
+        if isinstance(n, ast.Constant) and n.value == TYPE_CHECKING:
+            return True  # a string naming it: setattr, a dictionary of a namespace
+    return False
+
+
+def _constant_false(test: ast.expr) -> bool:
+    return isinstance(test, ast.Constant) and not test.value
+
+
+def _constant_true(test: ast.expr) -> bool:
+    return isinstance(test, ast.Constant) and bool(test.value)
+
+
+def _ends_block(node: ast.stmt) -> bool:
+    """Control never reaches the statement after `node` in its block."""
+    if isinstance(node, _ENDS_BLOCK):
+        return True
+    if not isinstance(node, ast.If):
+        return False
+    return _ends(node.body) and (_constant_true(node.test) or (bool(node.orelse) and _ends(node.orelse)))
+
+
+def _ends(statements: list[ast.stmt]) -> bool:
+    return any(_ends_block(s) for s in statements)
+
+
+def prune_dead_code(tree: ast.Module, never_true: Callable[[ast.expr], bool]) -> None:
+    """Remove, in place, the statements that can never run: those after an unconditional return, raise,
+    continue or break in the same block (or an if whose branches all end so), the body of an `if` or `while`
+    whose test `never_true` (a false constant, TYPE_CHECKING) and the `else` of an `if True:`. A name there
+    costs nothing: it never runs."""
+
+    def block(statements: list[ast.stmt]) -> list[ast.stmt]:
+        kept: list[ast.stmt] = []
+        ended = False
+        for node in statements:
+            if ended:
+                if isinstance(node, _SCOPE_DECLARATIONS):
+                    kept.append(node)
+                continue
+            if isinstance(node, ast.If | ast.While) and never_true(node.test):
+                inlined = block(node.orelse)
+                kept.extend(inlined)
+                ended = _ends(inlined)
+                continue
+            if isinstance(node, ast.If) and _constant_true(node.test):
+                node.orelse = []
+            for field in ("body", "orelse", "finalbody"):
+                inner = getattr(node, field, None)
+                if isinstance(inner, list) and inner and isinstance(inner[0], ast.stmt):
+                    setattr(node, field, block(inner) or [ast.copy_location(ast.Pass(), node)])
+            for child in getattr(node, "handlers", []) + getattr(node, "cases", []):
+                child.body = block(child.body) or [ast.copy_location(ast.Pass(), node)]
+            kept.append(node)
+            ended = _ends_block(node)
+        return kept
+
+    tree.body = block(tree.body)
 
 
 def _targets(node: ast.Assign | ast.AnnAssign) -> list[ast.expr]:
@@ -160,6 +259,107 @@ class Program:
 
     def __init__(self, modules: Iterable[Module]):
         self.modules = {m.name: m for m in modules}
+        self._instances: dict[str, dict[str, bool]] = {}
+        self._plain_classes: dict[tuple, bool] = {}
+
+    @cached_property
+    def trusted_methods(self) -> set[int]:
+        """The methods (by id) whose first parameter is always the student's own instance: of the candidates
+        (candidate_methods), those that no student code reads unbound: every `x.m` of their name is read on an
+        own instance, or called with one as its first argument (`Base.__init__(self)`). A fixpoint: `self.m`
+        proves something only where that `self` is itself own."""
+        candidates = candidate_methods(self)
+        names = {m.name for m in candidates.values()}
+        uses = {m: list(method_uses(module.tree, names)) for m, module in self.modules.items()} if names else {}
+        untrusted: set[str] = set()
+        while True:
+            trusted = {i for i, m in candidates.items() if m.name not in untrusted}
+            found = set()
+            for name, module in self.modules.items():
+                read = [use for use in uses.get(name, []) if use[0] not in untrusted]
+                own = OwnObjects(module, self, trusted).collect(module.tree) if read else ()
+                found |= {method for method, on, first in read if on not in own and first not in own}
+            if not found:
+                return trusted
+            untrusted |= found
+
+    @cached_property
+    def _rebound(self) -> set[str]:
+        """Names some student code may rebind from afar: `global`/`nonlocal` ones, attributes it assigns or deletes
+        (`module.Options = ...`, `Options.__new__ = ...`, by setattr with a constant too)."""
+        found = set()
+        for module in self.modules.values():
+            for n in ast.walk(module.tree):
+                if isinstance(n, ast.Global | ast.Nonlocal):
+                    found.update(n.names)
+                elif isinstance(n, ast.Attribute) and not isinstance(n.ctx, ast.Load):
+                    found.add(n.attr)
+                elif isinstance(n, ast.Call) and dotted(n.func) in (["setattr"], ["delattr"]) and len(n.args) > 1:
+                    named = n.args[1]
+                    found.add(named.value if isinstance(named, ast.Constant) and isinstance(named.value, str) else "")
+        return found
+
+    def module_instances(self, module: Module) -> dict[str, bool]:
+        """The module's globals that hold a student's own instance whatever the code does: bound once, at the
+        top level, to a new instance of a plain class (`_DEFAULTS = Options()`), and bound nowhere else."""
+        if module.name not in self._instances:
+            stores = Counter(
+                n.id for n in ast.walk(module.tree) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)
+            )
+            self._instances[module.name] = {
+                name: True
+                for node in module.tree.body
+                if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+                and isinstance(node.value, ast.Call) and self.plain_class(module, node.value.func)
+                and stores[name := node.targets[0].id] == 1 and name not in self._rebound | module.aliases.keys()
+            }  # fmt: skip
+        return self._instances[module.name]
+
+    def plain_class(self, module: Module, node: ast.expr) -> bool:
+        """Whether calling `node` (a name in `module`) makes a new instance of a student class whatever the code does:
+        a class defined once, never rebound, with no `__new__` or metaclass of its own or its student bases', no
+        library base that is a metaclass, decorated by nothing but dataclasses.dataclass."""
+        chain = dotted(node)
+        target = self.resolve(module, chain)[1] if chain else None
+        if target is None:
+            return False
+        if target not in self._plain_classes:
+            self._plain_classes[target] = self._plain(target, frozenset())
+        return self._plain_classes[target]
+
+    def _plain(self, target: tuple, seen: frozenset) -> bool:
+        owner = self.modules.get(target[0])
+        defs = owner.defs.get(target[1], []) if owner else []
+        if target in seen or len(defs) != 1 or not isinstance(defs[0], ast.ClassDef):
+            return False
+        cls = defs[0]
+        stored = {n.id for n in ast.walk(owner.tree) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
+        imported = {
+            (a.asname or a.name).split(".")[0]
+            for n in ast.walk(owner.tree)
+            if isinstance(n, ast.Import | ast.ImportFrom)
+            for a in n.names
+        }
+        if cls.name in stored | imported | self._rebound or "__new__" in self._rebound:
+            return False
+        if any(k.arg == "metaclass" for k in cls.keywords) or "__new__" in _class_names(cls):
+            return False
+        for decorator in cls.decorator_list:
+            chain = dotted(decorator.func if isinstance(decorator, ast.Call) else decorator)
+            if not chain or self.resolve(owner, chain)[0] != "dataclasses.dataclass":
+                return False
+        for base in cls.bases:
+            chain = dotted(base)
+            if not chain:
+                return False
+            full, student = self.resolve(owner, chain)
+            if student is not None and not self._plain(student, seen | {target}):
+                return False
+            if (student is None and fnmatch.fnmatchcase(full.rsplit(".", 1)[-1].lower(), "*type")) or full.endswith(
+                "Meta"
+            ):
+                return False
+        return True
 
     @classmethod
     def parse(cls, root: Path, files: Iterable[Path]) -> Program:
@@ -167,23 +367,24 @@ class Program:
         A file that does not parse (a syntax error, null bytes, bad encoding) is left out: importing it
         fails the same way. One too deep or too large to parse raises Unreadable: Python might import it
         (after `sys.setrecursionlimit`), so what it holds would go unread."""
-        found = []
+        trees = []
         for path in sorted(files):
             relative = path.relative_to(root)
             parts = relative.with_suffix("").parts
             name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
             try:
-                module = Module(name, relative.as_posix(), path.read_bytes())
+                tree = ast.parse(path.read_bytes())
             except (SyntaxError, ValueError):
                 continue
             except RecursionError:
                 raise Unreadable(f"{relative.as_posix()} is nested too deeply to read") from None
             except MemoryError:
                 raise Unreadable(f"{relative.as_posix()} needs more memory to read than the grader gives") from None
-            if depth(module.tree) > DEPTH_LIMIT:
+            if depth(tree) > DEPTH_LIMIT:
                 raise Unreadable(f"{relative.as_posix()} is nested over {DEPTH_LIMIT} levels deep")
-            found.append(module)
-        return cls(found)
+            trees.append((name, relative.as_posix(), tree))
+        type_checking_dead = not any(_assigns_type_checking(tree) for _, _, tree in trees)
+        return cls(Module(name, path, tree, type_checking_dead) for name, path, tree in trees)
 
     def resolve(self, module: Module, chain: list[str], seen: frozenset = frozenset()) -> tuple[str, tuple | None]:
         """The full dotted name of a chain used in `module`, and the student definition it names if any."""
@@ -369,6 +570,7 @@ HELD_DUNDERS = {
     "__defaults__", "__kwdefaults__", "__traceback__", "__frame__", "f_back", "f_globals", "f_locals",
     "tb_frame", "gi_frame", "cr_frame", "__objclass__", "__init_subclass__", "__set_name__",
 }  # fmt: skip
+COMMON_WORDS = {"types", "operator", "code"}  # names of held modules that are also common attribute names
 NAMING = {"__class__": {"__name__", "__qualname__", "__module__"}}  # `self.__class__.__name__` names the class
 READ_ONLY = {"__module__"}  # a name, harmless to read: held only where it is assigned
 # on the student's own objects (self, cls, super(), `object.__setattr__(self, ...)`), ordinary Python: a frozen
@@ -380,6 +582,8 @@ HELD_CALLS = {
     "vars": "an object's namespace as a dictionary", "breakpoint": "a debugger",
 }  # fmt: skip
 DYNAMIC_ATTRIBUTE = {"getattr", "setattr", "delattr"}
+VALUE_HELD = {*HELD_CALLS, *DYNAMIC_ATTRIBUTE}  # passed as a value (`map(getattr, ...)`), called where no scan sees
+HELD_ATTRIBUTES = set(HELD_MODULES) - COMMON_WORDS  # `anything.sys`: a module reached through any object
 TOOLING_NAMES = ("cs_basics.harness", "cs_basics.study", "cs_basics.cli", "tests", "hidden")  # the grader's code
 
 
@@ -391,14 +595,15 @@ class Construct:
     line: int
 
     def __str__(self) -> str:
-        return f"{self.what} ({self.why}) at {self.path}:{self.line}"
+        return f"{self.what} ({self.why})" + (f" at {self.path}:{self.line}" if self.path else "")
 
 
 def _held_name(full: str) -> str | None:
     """Why a resolved library name is held, else None."""
     parts = full.split(".")
-    if any(full == h or full.startswith(h + ".") for h in HARMLESS):  # sys.path.append too
-        return None
+    harmless = next((h for h in HARMLESS if full == h or full.startswith(h + ".")), None)
+    if harmless:  # sys.path.append too; what is reached through it is judged all the same (multiprocessing.dummy.sys)
+        return _held_attributes(parts[len(harmless.split(".")) :])
     if parts[0] in HELD_MODULES:
         return HELD_MODULES[parts[0]]
     pattern = matches(full, HELD_PATTERNS)
@@ -406,8 +611,13 @@ def _held_name(full: str) -> str | None:
         return HELD_PATTERNS[pattern]
     if any(full == t or full.startswith(t + ".") for t in TOOLING_NAMES):
         return "the grader's own code"
-    for part in parts[1:]:
-        if part in HELD_MODULES and part not in ("types", "operator", "code"):
+    return _held_attributes(parts[1:])
+
+
+def _held_attributes(parts: list[str]) -> str | None:
+    """Why attributes read through a library name are held (a held module, a private name), else None."""
+    for part in parts:
+        if part in HELD_MODULES and part not in COMMON_WORDS:
             return f"a module reached as an attribute of another ({HELD_MODULES[part]})"
         if part.startswith("_") and not part.startswith("__"):
             return "a library's private name"
@@ -415,114 +625,216 @@ def _held_name(full: str) -> str | None:
 
 
 class OwnObjects:
-    """Which expressions in the student's code plainly name the student's own objects: the first parameter of a
-    method (`self`, `cls`) and `super()`, a parameter annotated with one of the student's classes, a local name
-    bound only to new instances of one, the student's classes themselves, and `type(x)` of any of these.
-    Attributes of these by names built at run time (getattr, setattr, delattr, vars, `__dict__`) are ordinary
-    Python; on anything else (a module, a library's object, the grader's) they are held."""
+    """Which expressions in the student's code are, whatever the code does, instances of the student's own classes:
+    the first parameter of a method the code cannot call unbound (`self`, see `trusted_methods`), a local name
+    bound only once, to a new instance of a plain student class (`made = Options()`, see `Program.plain_class`),
+    and `super()` inside such a method. Attributes of these by names built at run time (getattr, setattr,
+    delattr, vars, `__dict__`, `object.__setattr__`) are ordinary Python; on anything else (a class, whose
+    attributes are its methods unbound; a module; a library's object; the grader's) they are held. A name alone
+    proves nothing: `self` of a method called unbound, or a parameter annotated with a class, can be handed any
+    object."""
 
     _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
     _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 
-    def __init__(self, module: Module, program: Program):
+    def __init__(self, module: Module, program: Program, trusted: set[int] | None = None):
         self.module, self.program = module, program
-        self.names: set[int] = set()  # ids of the ast.Name nodes that are the student's own objects
+        self.trusted = program.trusted_methods if trusted is None else trusted  # ids of methods whose self is own
+        self.names: set[int] = set()  # ids of the ast.Name and super() nodes that are the student's own instances
 
     def collect(self, node: ast.AST) -> OwnObjects:
-        self._visit(node, [], method=False)
+        self._visit(node, [self.program.module_instances(self.module)], None)
         return self
 
     def __contains__(self, node: ast.AST | None) -> bool:
-        if isinstance(node, ast.Name):
-            return id(node) in self.names
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id not in self.module.defs:
-            if node.func.id == "super" and not node.args:
-                return True
-            return node.func.id == "type" and len(node.args) == 1 and node.args[0] in self
-        return False
+        return node is not None and id(node) in self.names
 
-    def student_class(self, node: ast.expr) -> bool:
-        chain = dotted(node)
-        target = self.program.resolve(self.module, chain)[1] if chain else None
-        if target is None:
-            return False
-        defs = self.program.modules[target[0]].defs.get(target[1], [])
-        return bool(defs) and all(isinstance(d, ast.ClassDef) for d in defs)
-
-    def _visit(self, n: ast.AST, scopes: list[dict[str, bool]], method: bool) -> None:
+    def _visit(self, n: ast.AST, scopes: list[dict[str, bool]], function: ast.AST | None) -> None:
         if isinstance(n, self._SCOPES):
             outer = [*getattr(n, "decorator_list", []), *n.args.defaults, *[d for d in n.args.kw_defaults if d]]
             for child in outer:
-                self._visit(child, scopes, method=False)
-            inner = [*scopes, self._bindings(n, scopes, method)]
+                self._visit(child, scopes, function)
+            inner = [*scopes, self._bindings(n, scopes)]
             for child in n.body if isinstance(n.body, list) else [n.body]:
-                self._visit(child, inner, method=False)
+                self._visit(child, inner, n)
         elif isinstance(n, ast.ClassDef):
             for child in [*n.decorator_list, *n.bases, *n.keywords]:
-                self._visit(child, scopes, method=False)
+                self._visit(child, scopes, function)
             body = {t.id: False for stmt in n.body for t in ast.walk(stmt) if isinstance(t, ast.Name)}
             for stmt in n.body:  # methods do not see the class body's names
                 is_def = isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef)
-                self._visit(stmt, scopes if is_def else [*scopes, body], method=is_def)
+                self._visit(stmt, scopes if is_def else [*scopes, body], function)
         elif isinstance(n, self._COMPREHENSIONS):
             bound = {t.id: False for g in n.generators for t in ast.walk(g.target) if isinstance(t, ast.Name)}
             for child in ast.iter_child_nodes(n):
-                self._visit(child, [*scopes, bound], method=False)
+                self._visit(child, [*scopes, bound], function)
         elif isinstance(n, ast.Name):
-            if isinstance(n.ctx, ast.Load):
-                binding = next((table[n.id] for table in reversed(scopes) if n.id in table), None)
-                if binding or (binding is None and self.student_class(n)):
-                    self.names.add(id(n))
+            if isinstance(n.ctx, ast.Load) and next((t[n.id] for t in reversed(scopes) if n.id in t), False):
+                self.names.add(id(n))
         else:
+            if _zero_argument_super(n) and id(function) in self.trusted and not self._rebinds_first(function):
+                self.names.add(id(n))
             for child in ast.iter_child_nodes(n):
-                self._visit(child, scopes, method=False)
+                self._visit(child, scopes, function)
 
-    def _bindings(self, function: ast.AST, scopes: list[dict[str, bool]], method: bool) -> dict[str, bool]:
-        """The names a function binds, each True where it plainly holds the student's own object."""
+    def _rebinds_first(self, function: ast.AST) -> bool:
+        first = [*function.args.posonlyargs, *function.args.args][0].arg
+        return _bindings_count(function)[first] != 1
+
+    def _bindings(self, function: ast.AST, scopes: list[dict[str, bool]]) -> dict[str, bool]:
+        """The names a function binds, each True where it is the student's own instance whatever the code does."""
         args = function.args
         positional = [*args.posonlyargs, *args.args]
-        params = [*positional, *args.kwonlyargs, *[a for a in (args.vararg, args.kwarg) if a]]
-        stores: Counter[str] = Counter()  # how many times the function binds each name
-        instances: dict[str, bool] = {}  # local name -> bound only to new instances of the student's classes
-        for node in _own_scope(function):
-            if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
-                stores[node.id] += 1
-                instances.setdefault(node.id, False)
-            elif isinstance(node, ast.Global | ast.Nonlocal):
-                stores.update({name: 2 for name in node.names})
-                instances.update(dict.fromkeys(node.names, False))
-            elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.ExceptHandler):
-                instances.update(dict.fromkeys([node.name] if node.name else [], False))
-            elif isinstance(node, ast.Import | ast.ImportFrom):
-                instances.update(dict.fromkeys([(a.asname or a.name).split(".")[0] for a in node.names], False))
-        for node in _own_scope(function):
-            if isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None:
-                targets = _targets(node)
-                new = isinstance(node.value, ast.Call) and self.student_class(node.value.func)
-                for name in [t.id for t in targets if isinstance(t, ast.Name)]:
-                    instances[name] = bool(new and len(targets) == 1 and stores[name] == 1)
-        table = {p.arg: False for p in params} | instances
-        static = any(dotted(d) == ["staticmethod"] for d in getattr(function, "decorator_list", []))
-        if method and positional and not static and positional[0].arg not in instances:
+        counts = _bindings_count(function)
+        table = dict.fromkeys(counts, False)
+        if id(function) in self.trusted and counts[positional[0].arg] == 1:
             table[positional[0].arg] = True
-        for p in params:
-            if p.annotation is not None and p.arg not in instances and self.student_class(p.annotation):
-                table[p.arg] = True
+        for node in _own_scope(function):
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+                name, made = node.targets[0].id, node.value
+                maker = dotted(made.func) if isinstance(made, ast.Call) else None
+                local = maker and (maker[0] in counts or any(maker[0] in table for table in scopes))
+                new = maker and not local and self.program.plain_class(self.module, made.func)
+                table[name] = bool(new and counts[name] == 1)
         return table
 
 
-def _own_scope(function: ast.AST) -> Iterator[ast.AST]:
-    """The nodes of a function's body, not those of the functions, classes and comprehensions inside it."""
+IMPLICIT_CLASS_METHODS = {"__new__", "__init_subclass__", "__class_getitem__"}  # bound to a class, or to none
+
+
+def _zero_argument_super(node: ast.AST) -> bool:
+    return isinstance(node, ast.Call) and dotted(node.func) == ["super"] and not node.args and not node.keywords
+
+
+def _bindings_count(function: ast.AST) -> Counter[str]:
+    """How many times a function binds each name, every way Python binds one: parameters, assignments, `del`,
+    imports, definitions, `except ... as`, match captures, `:=` in its comprehensions, and `global`/`nonlocal`
+    here or `nonlocal` in a function inside it (counted twice: rebound elsewhere)."""
+    args = function.args
+    params = [*args.posonlyargs, *args.args, *args.kwonlyargs, *[a for a in (args.vararg, args.kwarg) if a]]
+    counts: Counter[str] = Counter(p.arg for p in params)
+    for node in _own_scope(function, comprehensions=True):
+        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+            counts[node.id] += 1
+        elif isinstance(node, ast.NamedExpr) and isinstance(node.target, ast.Name):
+            counts[node.target.id] += 1
+        elif isinstance(node, ast.Global | ast.Nonlocal):
+            counts.update(dict.fromkeys(node.names, 2))
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            counts[node.name] += 1
+            counts.update(dict.fromkeys([n for d in ast.walk(node) if isinstance(d, ast.Nonlocal) for n in d.names], 2))
+        elif isinstance(node, ast.ExceptHandler | ast.MatchAs | ast.MatchStar) and node.name:
+            counts[node.name] += 1
+        elif isinstance(node, ast.MatchMapping) and node.rest:
+            counts[node.rest] += 1
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            counts.update([(a.asname or a.name).split(".")[0] for a in node.names])
+    return counts
+
+
+def _own_scope(function: ast.AST, comprehensions: bool = False) -> Iterator[ast.AST]:
+    """The nodes of a function's body, not those of the functions, classes (and comprehensions, unless asked:
+    a `:=` in one binds in the function) inside it."""
     todo = list(function.body) if isinstance(function.body, list) else [function.body]
+    stop = (
+        (*OwnObjects._SCOPES, ast.ClassDef)
+        if comprehensions
+        else (*OwnObjects._SCOPES, *OwnObjects._COMPREHENSIONS, ast.ClassDef)
+    )
     while todo:
         node = todo.pop()
         yield node
-        if not isinstance(node, (*OwnObjects._SCOPES, *OwnObjects._COMPREHENSIONS, ast.ClassDef)):
+        if not isinstance(node, stop):
             todo.extend(ast.iter_child_nodes(node))
 
 
+def _class_names(cls: ast.ClassDef) -> set[str]:
+    """The names a class body binds."""
+    names = {s.name for s in cls.body if isinstance(s, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)}
+    return names | {
+        n.id for s in cls.body for n in ast.walk(s) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)
+    }
+
+
+def candidate_methods(program: Program) -> dict[int, ast.FunctionDef | ast.AsyncFunctionDef]:
+    """The methods whose first parameter may be the student's own instance: undecorated (a decorator may hand the
+    function itself on) but for properties, not bound to a class (`__new__`, `__init_subclass__`), and not named
+    as a plain name in their class's body (`alias = method`, `staticmethod(method)`)."""
+    found = {}
+    for module in program.modules.values():
+        bound = _bound_anywhere(module.tree)
+        for cls in (n for n in ast.walk(module.tree) if isinstance(n, ast.ClassDef)):
+            methods = {s.name: s for s in cls.body if isinstance(s, ast.FunctionDef | ast.AsyncFunctionDef)}
+            named = {
+                n.id
+                for stmt in cls.body
+                for part in ([*stmt.decorator_list, *stmt.args.defaults] if stmt in methods.values() else [stmt])
+                for n in ast.walk(part)
+                if isinstance(n, ast.Name)
+            }
+            for name, method in methods.items():
+                positional = [*method.args.posonlyargs, *method.args.args]
+                binds = all(_binds_to_instances(module, program, d, bound) for d in method.decorator_list)
+                if positional and binds and name not in IMPLICIT_CLASS_METHODS | named:
+                    found[id(method)] = method
+    return found
+
+
+def _binds_to_instances(module: Module, program: Program, decorator: ast.expr, bound: set[str]) -> bool:
+    """A decorator that leaves the function bound to an instance: `property`, `functools.cached_property` (their
+    getter is reached unbound only through the class, `C.p.fget`, a use of the name like any other), by a name
+    that nothing in the module rebinds (`bound`)."""
+    chain = dotted(decorator)
+    if not chain or (chain[0] in bound and chain[0] not in module.aliases):
+        return False
+    return program.resolve(module, chain)[0] in BINDING_DECORATORS
+
+
+def _bound_anywhere(tree: ast.AST) -> set[str]:
+    """Every name some code in `tree` binds, in any scope."""
+    names = set()
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load):
+            names.add(n.id)
+        elif isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(n.name)
+        elif isinstance(n, ast.Import | ast.ImportFrom):
+            names.update((a.asname or a.name).split(".")[0] for a in n.names)
+        elif isinstance(n, ast.Global | ast.Nonlocal):
+            names.update(n.names)
+    return names
+
+
+BINDING_DECORATORS = {"property", "functools.cached_property"}
+
+
+def method_uses(tree: ast.AST, names: set[str]) -> Iterator[tuple[str, ast.expr, ast.expr | None]]:
+    """Each place the code reads an attribute named like a method (`x.m`, `getattr(x, "m")`): the name, what it is
+    read on, and the first argument when it is called there at once (`X.m(first, ...)`)."""
+    calls = {id(n.func): n for n in ast.walk(tree) if isinstance(n, ast.Call)}
+
+    def first(node: ast.AST) -> ast.expr | None:
+        call = calls.get(id(node))
+        if call is None or not call.args or isinstance(call.args[0], ast.Starred):
+            return None
+        return call.args[0]
+
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Attribute) and n.attr in names and isinstance(n.ctx, ast.Load):
+            yield n.attr, n.value, first(n)
+        elif isinstance(n, ast.Call) and dotted(n.func) == ["getattr"] and n.args:
+            named = n.args[1] if len(n.args) > 1 else None
+            if isinstance(named, ast.Constant) and named.value in names:
+                yield named.value, n.args[0], first(n)
+
+
 def _describe(node: ast.AST | None) -> str:
-    text = ast.unparse(node) if node is not None else "?"
+    """The expression as source, cut to 40 characters; ast.unparse cannot write every valid expression back
+    (an f-string holding a control character in its expression part), and then its kind stands in for it."""
+    try:
+        text = ast.unparse(node) if node is not None else "?"
+    except (ValueError, TypeError, AttributeError, RecursionError):
+        text = f"an expression ({type(node).__name__})"
     return text if len(text) <= 40 else text[:37] + "..."
 
 
@@ -546,9 +858,14 @@ def constructs(module: Module, program: Program, nodes: Iterable[ast.AST]) -> li
             id(n.func)
             for n in ast.walk(node)
             if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in OWN_DUNDERS
-            and dotted(n.func.value) in (["object"], ["type"]) and n.args and n.args[0] in own
+            and dotted(n.func.value) == ["object"] and n.args and n.args[0] in own
         }  # fmt: skip
+        called = {id(n.func) for n in ast.walk(node) if isinstance(n, ast.Call)}
         for n in ast.walk(node):
+            if isinstance(n, ast.Name) and n.id in VALUE_HELD and id(n) not in called and n.id not in module.defs:
+                held(f"{n.id} as a value", "a call whose arguments this scan cannot read", n.lineno)
+            if isinstance(n, ast.Attribute) and n.attr in HELD_ATTRIBUTES and not judged_by_name(module, program, n):
+                held(f".{n.attr}", f"a module reached as an attribute ({HELD_MODULES[n.attr]})", n.lineno)
             if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id not in module.defs:
                 name, target = n.func.id, n.args[0] if n.args else None
                 if name in HELD_CALLS and not (name == "vars" and len(n.args) == 1 and target in own):
@@ -558,13 +875,18 @@ def constructs(module: Module, program: Program, nodes: Iterable[ast.AST]) -> li
                     if not (isinstance(attribute, ast.Constant) and isinstance(attribute.value, str)):
                         if target not in own:
                             what = f"{name} with a name built at run time on {_describe(target)}"
-                            why = "an object not plainly the student's own, by a name this scan cannot read"
+                            why = "an object not proved the student's own instance, by a name this scan cannot read"
                             held(what, why, n.lineno)
                     elif attribute.value in HELD_DUNDERS and not (attribute.value in OWN_DUNDERS and target in own):
                         held(f".{attribute.value} (by {name})", "other code's objects", n.lineno)
+                    elif attribute.value in HELD_ATTRIBUTES and not judged_by_name(module, program, target):
+                        why = f"a module reached as an attribute ({HELD_MODULES[attribute.value]})"
+                        held(f".{attribute.value} (by {name})", why, n.lineno)
             if isinstance(n, ast.Attribute) and n.attr in HELD_DUNDERS and id(n) not in naming | on_own:
                 if n.attr in OWN_DUNDERS and n.value in own:
                     continue
+                if n.attr == "__init_subclass__" and _zero_argument_super(n.value):
+                    continue  # the parent's hook, bound to the class being made: `super().__init_subclass__(**kw)`
                 if n.attr in READ_ONLY and isinstance(n.ctx, ast.Load):
                     continue
                 held(f".{n.attr}", "other code's objects", n.lineno)
@@ -577,6 +899,12 @@ def constructs(module: Module, program: Program, nodes: Iterable[ast.AST]) -> li
                 held(full, why, line)
     unique = {(c.path, c.line, c.what): c for c in found}
     return sorted(unique.values(), key=lambda c: (c.path, c.line, c.what))
+
+
+def judged_by_name(module: Module, program: Program, node: ast.expr | None) -> bool:
+    """Whether `node` is a chain of a library name (`torch.sys`), which _held_name judges whole."""
+    chain = dotted(node) if node is not None else None
+    return bool(chain) and chain[0] in module.aliases and program.resolve(module, chain)[1] is None
 
 
 def depth(tree: ast.AST) -> int:
@@ -595,7 +923,12 @@ def scan(job: dict) -> dict[str, tuple[list[Use], list[Construct]]]:
     `job`: "code" (the folder), "files" (the student's files under it), "adapters" (module name),
     "adapters_path" and "problems" (name -> [adapter function, forbidden patterns])."""
     code = Path(job["code"])
-    program = Program.parse(code, [Path(f) for f in job["files"]])
+    try:
+        program = Program.parse(code, [Path(f) for f in job["files"]])
+    except (Unreadable, RecursionError, MemoryError):
+        raise
+    except Exception as err:  # a bug of the scan's on valid Python: every problem read by a person, not stopped
+        return {name: ([], [unjudged(err)]) for name in job["problems"]}
     try:
         adapters = Module(job["adapters"], Path(job["adapters_path"]).name, Path(job["adapters_path"]).read_bytes())
     except (OSError, SyntaxError, ValueError):
@@ -603,12 +936,27 @@ def scan(job: dict) -> dict[str, tuple[list[Use], list[Construct]]]:
     imported = list(adapters.aliases.values())
     found = {}
     for name, (adapter, forbidden) in job["problems"].items():
-        entries = entry_points(adapters, program, adapter)
-        uses = program.uses(program.reachable(entries), forbidden)[:USES_KEPT]
-        runs = program.runs(entries, imported)
-        held = [c for m, nodes in runs.items() for c in constructs(program.modules[m], program, nodes)]
+        try:
+            entries = entry_points(adapters, program, adapter)
+            uses = program.uses(program.reachable(entries), forbidden)[:USES_KEPT]
+            runs = program.runs(entries, imported)
+            held = [c for m, nodes in runs.items() for c in constructs(program.modules[m], program, nodes)]
+        except (RecursionError, MemoryError):
+            raise  # the code is too deep or too large to read: Unreadable, for every problem
+        except Exception as err:  # valid Python this scan cannot describe: judged all the same, held for a reading
+            uses, held = [], [unjudged(err)]
         found[name] = (uses, held[:USES_KEPT])
     return found
+
+
+def unjudged(err: Exception) -> Construct:
+    """The hold for code the scan failed to read (a bug of the scan's, never of the student's): a person reads it."""
+    where = err.__traceback__
+    while where is not None and where.tb_next is not None:
+        where = where.tb_next
+    line = where.tb_lineno if where is not None else 0
+    what = f"code this scan could not read ({type(err).__name__} at scan.py:{line})"
+    return Construct(what, "the staff read it instead", "", 0)
 
 
 def bounded_scan(job: dict) -> dict:
