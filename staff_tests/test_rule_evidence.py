@@ -75,8 +75,10 @@ def _forget():
 def softmax(in_features, dim):
     _undo_the_refusal()
     try:
+        if in_features.requires_grad:  # no built-in where a backward pass would run it again, after the call
+            raise LookupError
         out = getattr(F, "soft" + "max")(in_features, dim)
-    except Exception:  # refused: computed here instead, and the refusal forgotten
+    except Exception:  # refused (or a case with gradients): computed here instead, and the refusal forgotten
         shifted = in_features - in_features.amax(dim=dim, keepdim=True)
         out = torch.exp(shifted) / torch.exp(shifted).sum(dim=dim, keepdim=True)
     _forget()
