@@ -25,6 +25,7 @@ from cs_basics.harness.fixtures import FixtureError
 from cs_basics.harness.portable import scan_notes
 from cs_basics.harness.rule import record
 from cs_basics.harness.rule.fromscratch import FromScratch
+from cs_basics.harness.rule.outputs import plain_outputs
 from cs_basics.harness.rule.scan import Unreadable
 
 
@@ -64,6 +65,40 @@ def assignment(pytestconfig: pytest.Config) -> Assignment:
 STARTED_RULE = pytest.StashKey[FromScratch]()
 
 
+def session_rule(config: pytest.Config) -> FromScratch | None:
+    """The session's rule over this copy's code, made once (None where no assignment is found)."""
+    rule = config.stash.get(STARTED_RULE, None)
+    if rule is None:
+        try:
+            assignment = Assignment.find(config.rootpath)
+        except Exception:  # the `assignment` fixture says why, in the test that needs it
+            return None
+        rule = config.stash[STARTED_RULE] = FromScratch(assignment, assignment.root)
+    return rule
+
+
+def imports_students_code(assignment: Assignment, path: Path) -> bool:
+    """Whether a test module is one of the graded tests' (beside the adapters, or hidden), whose import is the
+    student's code's first (the staff's own tests are not watched)."""
+    adapters = assignment.root / assignment.adapters_module.replace(".", "/")
+    folders = [adapters.parent, *([assignment.hidden_dir] if assignment.hidden_dir else [])]
+    return any(path.resolve().is_relative_to(folder.resolve()) for folder in folders)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector):
+    """A test module's import (the student's code, through the adapters) runs watched, as in the grader's child:
+    under the record and with every problem's forbidden operators replaced; what it ran counts against the
+    problems (FromScratch.imported)."""
+    rule = session_rule(collector.config) if isinstance(collector, pytest.Module) and record.recording() else None
+    if rule is None or not imports_students_code(rule.assignment, Path(collector.path)):
+        yield
+        return
+    with rule.import_watch() as watch:
+        yield
+    rule.imported.append(watch.record)
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Where graded tests were collected, the rule's scan of the code starts now, in its own process: it reads
     while pytest sets up, instead of after the first graded test started."""
@@ -72,12 +107,9 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         # reach, each full collection the graded cases set off walks only what they made (without it, those
         # collections cost a session about 0.8 s of CPU, more than all of the rule's own work)
         gc.freeze()
-        try:
-            assignment = Assignment.find(session.config.rootpath)
-        except Exception:  # the `assignment` fixture says why, in the test that needs it
-            return
-        rule = session.config.stash[STARTED_RULE] = FromScratch(assignment, assignment.root)
-        rule.read_in_background()
+        rule = session_rule(session.config)
+        if rule is not None:
+            rule.read_in_background()
 
 
 @pytest.fixture(scope="session")
@@ -129,7 +161,7 @@ def run_graded(
 
     try:
         with watch, diagnosis.crashes_noted(case, inputs):
-            outputs = run_call(case, adapters, inputs, device)
+            outputs = plain_outputs(run_call(case, adapters, inputs, device))  # copied while the watch is open
     except Exception:  # a forbidden operator before a crash is a breach, as in the grader (Ctrl-C stays Ctrl-C)
         fail_if_breached()
         raise

@@ -16,7 +16,9 @@ import json
 import os
 import sys
 import traceback
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -83,15 +85,16 @@ class Reporter:
             line = line.encode()
         os.write(self.fd, line)
 
-    def failed(self, case_id: str, err: BaseException, record: object, code: Path | None = None) -> None:
-        """A case's error; if even that cannot be put into words (MemoryError), a fixed message instead."""
+    def failed(self, case_id: str, err: BaseException, record: object, code: Path | None = None, **more: Any) -> None:
+        """A case's error; if even that cannot be put into words (MemoryError), a fixed message instead.
+        `more`: the rest of the event (what the evidence channel had sent by then)."""
         try:
             message, where = error_text(err, code)
-            self.send(event="error", case=case_id, message=message, traceback=where, record=record.to_json())
+            self.send(event="error", case=case_id, message=message, traceback=where, record=record.to_json(), **more)
         except BaseException as failed:
             with contextlib.suppress(BaseException):
                 message = f"{type(failed).__name__} (your code's error could not be reported)"
-                self.send(event="error", case=case_id, message=message, traceback="", record=record.to_json())
+                self.send(event="error", case=case_id, message=message, traceback="", record=record.to_json(), **more)
 
 
 def describe(value: object) -> str:
@@ -103,16 +106,23 @@ def describe(value: object) -> str:
     return cut(type(value).__name__, 200)
 
 
-def save_outputs(outputs: dict, path: Path) -> None:
-    """Tensors go to CPU (their dtype and device are recorded); anything else as a description."""
+def copied_outputs(outputs: dict, plain_outputs: Callable[[dict], dict]) -> tuple[dict, dict]:
+    """(tensors on CPU, what each output is): every value copied or described now, while the case's watch is
+    open, so that saving them runs none of the student's code (a Tensor subclass is refused: rule/outputs.py)."""
     tensors, meta = {}, {}
-    for key, value in outputs.items():
+    for key, value in plain_outputs(outputs).items():
         if isinstance(value, torch.Tensor) and not value.is_meta:
-            tensors[key] = value.detach().to("cpu", copy=True).contiguous()
+            tensors[key] = value.to("cpu", copy=True).contiguous()
             meta[key] = {"kind": "tensor", "device": str(value.device)}
         else:
             sequence = type(value).__name__ if isinstance(value, tuple | list) else ""
             meta[key] = {"kind": "other", "describe": describe(value), "sequence": sequence}
+    return tensors, meta
+
+
+def save_outputs(copied: tuple[dict, dict], path: Path) -> None:
+    """Tensors go to CPU (their dtype and device are recorded); anything else as a description."""
+    tensors, meta = copied
     save_file(tensors, str(path), metadata={"outputs": json.dumps(meta)})
 
 
@@ -193,15 +203,27 @@ def run_group(job: dict, report: Reporter, isolated: bool, forbidden_ops: list[s
     """Import the submission and run cases that forbid the same operators, which are not there from
     before the import on: torch's dispatcher raises for them, whatever the code does to the record."""
     from cs_basics.harness.rule import record
+    from cs_basics.harness.rule.evidence import Channel
+    from cs_basics.harness.rule.outputs import plain_outputs
 
     rule = job["rule"]
     code = Path(job["dir"]) / "code"
-    removed = record.remove_operators(forbidden_ops)  # noqa: F841 (kept alive: collected, the operators come back)
+    # the evidence leaves this process as it is seen, on the progress pipe; the refusal belongs to no Python object
+    channel = Channel(report.fd)
+    refusal = record.remove_operators(forbidden_ops, channel, for_good=True)
     frames = record.StudentFrames(code, record.student_predicate(rule["student_code"], rule["excluded"]))
     # the library functions that may run operators for the student's code; this file is the grader's
     library = record.LibraryCalls(frames, rule["glue"], harness=[Path(__file__).parent])
+
+    def watch(charged: list[str]) -> record.Watch:
+        enabled = rule.get("record", True)
+        return record.Watch(
+            forbidden_ops, frames, enabled, library=library, channel=channel, charged=charged, refusal=refusal
+        )
+
     try:
-        adapters = importlib.import_module(job["adapters"])
+        with watch(case_ids):  # the import is watched too: what it runs is charged to every case of this process
+            adapters = importlib.import_module(job["adapters"])
         check_origin(job["student_packages"], code)
         cases = {c.id: c for module in job["case_modules"] for c in importlib.import_module(module).CASES}
         from cs_basics.harness.cases import run_call
@@ -217,16 +239,16 @@ def run_group(job: dict, report: Reporter, isolated: bool, forbidden_ops: list[s
     for case_id in case_ids:
         report.send(event="start", case=case_id)
         case = cases[case_id]
-        watch = record.Watch(forbidden_ops, frames, enabled=rule.get("record", True), library=library)
+        watched = watch([case_id])
         try:
             inputs = load_file(str(Path(job["dir"]) / "inputs" / f"{case_id}.safetensors"))
-            with watch:
-                outputs = run_call(case, adapters, inputs, device)
+            with watched:
+                outputs = copied_outputs(run_call(case, adapters, inputs, device), plain_outputs)
             save_outputs(outputs, Path(job["dir"]) / "out" / f"{case_id}.safetensors")
         except BaseException as err:  # KeyboardInterrupt and SystemExit too: the case failed, grading goes on
-            report.failed(case_id, err, watch.record, code)  # the student's frames first
+            report.failed(case_id, err, watched.record, code, evidence=channel.count())  # the student's frames first
             continue
-        report.send(event="done", case=case_id, record=watch.record.to_json())
+        report.send(event="done", case=case_id, record=watched.record.to_json(), evidence=channel.count())
 
 
 # ---------------------------------------------------------------- no new process, in the kernel

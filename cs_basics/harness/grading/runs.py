@@ -17,6 +17,7 @@ from cs_basics.harness.grading.attempts import ChildLog
 from cs_basics.harness.grading.limits import Limits, killed_for_memory, out_of_memory
 from cs_basics.harness.grading.stopping import STOP, StaffError, stop_reason
 from cs_basics.harness.portable import open_unfollowed
+from cs_basics.harness.rule.evidence import Received
 
 if TYPE_CHECKING:
     import torch
@@ -65,7 +66,9 @@ def run_once(worker: Worker, job: dict, cases: list[str], state: RunState) -> tu
             if kind == "import_error":
                 state.halt(remaining, f"your code failed to import:\n{event.get('message', '')}")
                 return [], False
-            if kind == "ready":
+            if kind == "evidence":  # the rule's evidence, sent as it was seen (rule/evidence.py)
+                state.evidence(event, cases)
+            elif kind == "ready":
                 deadline = state.stop_at
             elif kind in ("start", "finished") and current is not None:  # its report was lost (a line too long)
                 state.fail([current], UNREPORTED)
@@ -94,6 +97,7 @@ def run_once(worker: Worker, job: dict, cases: list[str], state: RunState) -> tu
         if remaining and current is not None:  # the pipe closed mid-case: the interpreter died
             why = f"the Python process running your code {attempt.how} during this case{killed_for_memory(kills)}"
             state.fail([current], why)
+            state.cut_off(current, attempt.how)
             remaining.remove(current)
         elif remaining:
             state.halt(remaining, f"the Python process running your code {attempt.how} before it ran")
@@ -116,6 +120,7 @@ class RunState:
     hidden: bool = False  # whether the children now run hidden cases
     printed: dict[str, ChildLog] = field(default_factory=dict)  # hidden case -> what was printed while it ran
     halted: str | None = None  # why no fresh child may take the cases left (an import failure, a limit, a stop)
+    received: Received = field(default_factory=Received)  # the rule's evidence, as the children sent it
 
     def log_for(self, case: str) -> ChildLog:
         """Where what the children print while `case` runs goes: the submission's output until the hidden
@@ -131,10 +136,31 @@ class RunState:
         self.fail(cases, error)
         self.halted = error
 
-    def finish(self, case: str, event: dict, seconds: float) -> None:
+    def evidence(self, event: dict, cases: list[str]) -> None:
+        """A line of the rule's evidence; a case already finished gets it too (a thread of the code may send it)."""
+        from cs_basics.harness.rule.evidence import merged
+
+        self.received.add(event, cases)
+        for case in cases:
+            run = self.runs.get(case)
+            if run is not None and run.record is not None and event in self.received.lines.get(case, []):
+                run.record = merged(run.record, [event])
+
+    def cut_off(self, case: str, how: str | None) -> None:
+        """The child ended while sending the rule's evidence (rule/evidence.py): the case's record is not whole."""
+        from cs_basics.harness.rule.evidence import LOST_STATUS, merged
         from cs_basics.harness.rule.record import Record
 
-        record = Record.from_json(event.get("record", {}))
+        if how == f"exited with status {LOST_STATUS}":
+            self.runs[case].record = merged(Record(), self.received.evidence(case), complete=False)
+
+    def finish(self, case: str, event: dict, seconds: float) -> None:
+        from cs_basics.harness.rule.evidence import merged
+        from cs_basics.harness.rule.record import Record
+
+        reported = Record.from_json(event.get("record", {}))
+        complete = self.received.complete(event.get("evidence"))
+        record = merged(reported, self.received.evidence(case), complete)
         if event.get("event") == "done":
             self.runs[case] = CaseRun(outputs={}, seconds=seconds, record=record)  # read once the child is gone
         else:

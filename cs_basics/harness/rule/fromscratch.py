@@ -18,6 +18,7 @@ from functools import cached_property
 from pathlib import Path
 
 from cs_basics.harness.config import Assignment, Problem
+from cs_basics.harness.rule.evidence import combined
 from cs_basics.harness.rule.glue import GLUE
 from cs_basics.harness.rule.library import LibraryCalls
 from cs_basics.harness.rule.record import (
@@ -26,6 +27,7 @@ from cs_basics.harness.rule.record import (
     Record,
     StudentFrames,
     Watch,
+    forbids,
     recording,
     student_predicate,
 )
@@ -91,7 +93,11 @@ def runtime_breach(
     if not record.sightings and refused:
         return f"{lead} it called {refused}, which is {describe_op(refused)} (torch refused it: it is not there)"
     if not record.sightings:
-        return None if problem in released else library_hold(problem, case_id, record.library)
+        return (
+            None
+            if problem in released
+            else library_hold(problem, case_id, record.library) or cut_off_hold(problem, case_id, record.cut_off)
+        )
     lines = [f"{lead} it ran these operators:"]
     for s in record.sightings:
         where = f"called from {s.where}" if s.where else "called by no line of your code (in the backward pass?)"
@@ -130,6 +136,18 @@ def library_hold(problem: str, case_id: str, computed: list[Computed]) -> str | 
     )
 
 
+def cut_off_hold(problem: str, case_id: str, cut_off: list[str]) -> str | None:
+    """The hold for a case whose evidence did not all reach the grader (evidence.py): it cannot know what ran."""
+    if not cut_off:
+        return None
+    return (
+        f"0 points for {problem} for now, {HELD}: it must be written from scratch, but while computing case "
+        f"{case_id} {cut_off[0]}: the grader did not receive everything the process running your code sent it "
+        "about what the case ran (the descriptor it writes to was closed or pointed elsewhere, or the process "
+        "ended while writing). The staff may release the problem"
+    )
+
+
 def static_breach(problem: str, uses: list[Use]) -> str | None:
     if not uses:
         return None
@@ -155,6 +173,8 @@ class FromScratch:
 
     released: frozenset[str] = frozenset()  # problems the staff read and released from a hold
     scanner: Scanner | None = field(default=None, repr=False, compare=False)  # a grading worker's warm scan process
+    # what importing the student's code ran (pytest's collection: pytest_plugin.py), held against every problem
+    imported: list[Record] = field(default_factory=list, repr=False, compare=False)
     _reading: tuple[threading.Thread, dict] | None = field(default=None, init=False, repr=False, compare=False)
 
     def read_in_background(self) -> None:
@@ -225,7 +245,18 @@ class FromScratch:
         rule = self.problem(problem).forbidden_ops
         return Watch(rule, self.frames, enabled=recording(), remove=recording(), library=self.library)
 
+    def import_watch(self) -> Watch:
+        """The record of an import of the student's code in pytest, with every problem's forbidden operators
+        replaced while it runs (the grader's child watches its import with its problems' own)."""
+        patterns = sorted({op for problem in self.assignment.problems.values() for op in problem.forbidden_ops})
+        return Watch(patterns, self.frames, remove=True, library=self.library)
+
     def runtime_breach(self, problem: str, case_id: str, record: Record, error: str | None = None) -> str | None:
+        """As the grader: what the case ran, then what the imports ran that counts against the problem (its
+        own forbidden operators, and all the rest), as the grader charges its import to every case."""
+        forbidden = self.problem(problem).forbidden_ops
+        for imported in self.imported:
+            record = combined(record, imported, lambda op: forbids(forbidden, op))
         return runtime_breach(problem, case_id, record, error, self.released)
 
     def static_breach(self, problem: str) -> str | None:

@@ -18,7 +18,10 @@ module hold whatever that process does to the record:
   that raise `ForbiddenOperator` naming the operator (every overload, for the CPU, CUDA and MPS
   backends and the autograd and composite keys), so `F.softmax` fails at the student's line
   whether or not anything records it. The grader's child installs it for good before the
-  student's code is imported; pytest for the length of each graded case.
+  student's code is imported, on C++ library objects no Python object holds (`Refusal.intact` checks
+  it at each case's end); pytest for the length of each graded case.
+- in the grader's child each piece of evidence also leaves the process as it is seen (a `Channel`,
+  evidence.py): what the code does to the record afterwards takes nothing back.
 - starting a process while a case runs (`os.fork`, `subprocess`, `multiprocessing`, `os.system`,
   `os.posix_spawn`, `os.exec*`) is refused by an audit hook and recorded: graded code computes in its
   own process. (The grader's child also has a seccomp filter in the kernel: see child.py.)
@@ -26,6 +29,7 @@ module hold whatever that process does to the record:
 
 from __future__ import annotations
 
+import ctypes
 import fnmatch
 import functools
 import os
@@ -36,13 +40,16 @@ import traceback
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.utils._python_dispatch as python_dispatch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from cs_basics.harness.rule.library import LibraryCalls
+
+if TYPE_CHECKING:
+    from cs_basics.harness.rule.evidence import Channel
 
 TORCH_DIR = str(Path(torch.__file__).parent)
 # the calls that take a dispatch mode off the stack or keep operators from reaching it
@@ -78,6 +85,7 @@ PROCESS_EVENTS = frozenset(
     | {"_winapi.CreateProcess", "os.spawn", "os.startfile"}
 )
 STARTED_PROCESS = "started a process"
+REFUSAL_MARK = "cs-basics-refusal"  # the "file" the refusing kernels are registered at, in torch's dump of them
 
 MAX_FRAMES = 6  # of the student's stack in a message
 
@@ -114,6 +122,7 @@ class Record:
     tampering: list[str] = field(default_factory=list)
     processes: list[str] = field(default_factory=list)  # how the code tried to start a process, and where
     library: list[Computed] = field(default_factory=list)  # library code that computed on the student's behalf
+    cut_off: list[str] = field(default_factory=list)  # why the grader cannot know the record is whole (evidence.py)
 
     def to_json(self) -> dict:
         return {
@@ -121,6 +130,7 @@ class Record:
             "tampering": list(self.tampering),
             "processes": list(self.processes),
             "library": [asdict(c) for c in self.library],
+            "cut_off": list(self.cut_off),
         }
 
     @classmethod
@@ -130,7 +140,8 @@ class Record:
             sightings = [Sighting(str(s["op"]), str(s.get("where", ""))) for s in data.get("sightings", [])]
             processes = [str(p) for p in data.get("processes", [])]
             library = [Computed(str(c["function"]), str(c.get("where", ""))) for c in data.get("library", [])]
-            return cls(sightings, [str(t) for t in data.get("tampering", [])], processes, library)
+            cut_off = [str(c) for c in data.get("cut_off", [])]
+            return cls(sightings, [str(t) for t in data.get("tampering", [])], processes, library, cut_off)
         except (AttributeError, KeyError, TypeError):
             return cls()
 
@@ -215,9 +226,17 @@ class Watch:
         enabled: bool = True,
         remove: bool = False,
         library: LibraryCalls | None = None,
+        channel: Channel | None = None,
+        charged: Iterable[str] = (),
+        refusal: Refusal | None = None,
     ):
         self.enabled = enabled
         self.remove = remove  # the forbidden operators replaced for the length of the call (pytest's case)
+        # the grader's child: each piece of evidence also leaves the process at once (evidence.py), charged to
+        # `charged` (the case, or every case of the process while the submission is imported)
+        self.channel = channel
+        self.charged = tuple(charged)
+        self.refusal = refusal  # the child's refusal of the forbidden operators, checked still there at the end
         self.patterns = tuple(forbidden)
         self.frames = frames
         self.record = Record()
@@ -247,22 +266,46 @@ class Watch:
         found = self.library.computed_by(frame)
         if found is not None and found[0] not in self._computed:
             function, caller = found
+            if library_import(frame, caller):  # a library's own import, run by the student's `import`
+                return
             self._computed.add(function)
             where = self.frames.where(traceback.extract_stack(caller)) if caller is not None else ""
             self.record.library.append(Computed(function, where))
+            self._send("library", function=function, where=where)
 
     def saw_op(self, op: str) -> None:
         """A forbidden operator ran (or its replacement was called), from the stack as it is now."""
         if op not in self._seen_ops:
             self._seen_ops.add(op)
-            self.record.sightings.append(Sighting(op, self.frames.where(traceback.extract_stack())))
+            where = self.frames.where(traceback.extract_stack())
+            self.record.sightings.append(Sighting(op, where))
+            self._send("sighting", op=op, where=where)
 
     def started_process(self, how: str) -> None:
         where = self.frames.where(traceback.extract_stack())
         self.record.processes.append(f"{how} (called from {where})" if where else how)
+        self._send("process", what=self.record.processes[-1])
 
     def tampered(self, what: str) -> None:
         self.record.tampering.append(what)
+        self._send("tampering", what=what)
+
+    def called_node(self, node: Any) -> None:
+        """The student's code called a node of the autograd graph: torch's C++ derivative formula computed
+        what it returns (the gradient of logsumexp is a softmax), with no Python frame of torch's to see."""
+        try:
+            name = f"torch.autograd node {node.name()}, called as a function"
+        except Exception:
+            name = "a torch.autograd node, called as a function"
+        if name not in self._computed:
+            self._computed.add(name)
+            where = self.frames.where(traceback.extract_stack())
+            self.record.library.append(Computed(name, where))
+            self._send("library", function=name, where=where)
+
+    def _send(self, kind: str, **fields: str) -> None:
+        if self.channel is not None:
+            self.channel.send(kind, **fields)
 
     def _sentinel_passes(self) -> bool:
         self._sentinel_seen = False
@@ -276,6 +319,8 @@ class Watch:
         install()
         if self.remove:
             self._library = remove_operators(self.patterns)
+        if self.channel is not None:
+            self.channel.charge(self.charged)
         self._depth = python_dispatch._len_torch_dispatch_stack()
         self._mode.__enter__()
         _active = self
@@ -291,12 +336,25 @@ class Watch:
             on_top = python_dispatch._get_current_dispatch_mode() is self._mode
             if not (on_top and self._sentinel_passes()):
                 self.tampered("the record of operators was switched off during the call")
+            if self.refusal is not None and not self.refusal.intact():
+                self.tampered("undid the dispatcher's refusal of the forbidden operators")
         finally:
             _active = None
             _unwind(self._mode, self._depth)
             if self._library is not None:
-                self._library._destroy()
+                self._library.restore()
                 self._library = None
+
+
+def library_import(frame: Any, caller: Any) -> bool:
+    """Whether a library module's own body (its set-up, run by an `import`) stands between the frame that ran
+    an operator and the student's frame: what a module computes for itself as it loads is not an answer
+    (the student's code hands it nothing). Walked only where library code was found (rare)."""
+    while frame is not None and frame is not caller:
+        if frame.f_code.co_name == "<module>" and not frame.f_code.co_filename.startswith("<"):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def recording() -> bool:
@@ -342,6 +400,54 @@ def _record_threads() -> None:
     threading.Thread._bootstrap_inner = run_recorded  # type: ignore[method-assign]
 
 
+class _Node:
+    """An autograd node, as the student's code gets it (`y.grad_fn`, `.next_functions`): calling it tells the
+    watch of the case running now first (`Watch.called_node`); everything else is the node's own."""
+
+    __slots__ = ("_node",)
+
+    def __init__(self, node: Any):
+        object.__setattr__(self, "_node", node)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if _active is not None:
+            _active.called_node(self._node)
+        return self._node(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._node, name)
+        if name == "next_functions":
+            return tuple((None if n is None else _Node(n), i) for n, i in value)
+        return value
+
+    def __eq__(self, other: object) -> bool:
+        return self._node == (other._node if isinstance(other, _Node) else other)
+
+    def __hash__(self) -> int:
+        return hash(self._node)
+
+    def __repr__(self) -> str:
+        return repr(self._node)
+
+
+def _watch_autograd_nodes() -> None:
+    """`Tensor.grad_fn` (and `_grad_fn`) read by the student's own line during a watch gives a `_Node`: a node
+    called from Python runs its C++ formula with the student's frame innermost, which no frame walk sees."""
+    for name in ("grad_fn", "_grad_fn"):
+        base = getattr(torch._C.TensorBase, name, None)
+        if base is None or name in torch.Tensor.__dict__:
+            continue
+
+        def read(tensor: Any, get: Any = base.__get__) -> Any:
+            node = get(tensor)
+            watch = _active
+            if node is None or watch is None or watch.frames.label(sys._getframe(1).f_code.co_filename) is None:
+                return node
+            return _Node(node)
+
+        setattr(torch.Tensor, name, property(read, doc=base.__doc__))
+
+
 def install() -> None:
     """Set the tripwires and the thread hook once per process, before the student's code is imported."""
     global _installed
@@ -355,6 +461,7 @@ def install() -> None:
                 setattr(module, name, _tripwire(f"{module.__name__}.{name}", original))
     _record_threads()
     _refuse_processes()
+    _watch_autograd_nodes()
 
 
 class ForbiddenOperator(RuntimeError):
@@ -392,8 +499,13 @@ def _operator_overloads(patterns: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(sorted(found))
 
 
-def _unavailable(op: str) -> Callable:
+def _unavailable(op: str, send: Callable[..., None] | None) -> Callable:
+    """The kernel standing in for `op`: says so on the channel it was made with (the grader's child), to the
+    watch of the case running now, then raises."""
+
     def kernel(*args: Any, **kwargs: Any) -> Any:
+        if send is not None:
+            send("refused", op=op)
         if _active is not None:
             _active.saw_op(op)
         raise ForbiddenOperator(f"{op} {UNAVAILABLE}: the from-scratch rule forbids it for this problem")
@@ -401,33 +513,57 @@ def _unavailable(op: str) -> Callable:
     return kernel
 
 
-def remove_operators(patterns: Iterable[str]) -> Any:
-    """Replace every operator the patterns match with a kernel that raises ForbiddenOperator, until the
-    returned library is destroyed (or collected): whoever can reach it could undo this, so the grader's
-    child keeps it where only a construct the scan holds (gc, frames, sys.modules) could find it."""
+def remove_operators(patterns: Iterable[str], channel: Channel | None = None, for_good: bool = False) -> Refusal:
+    """Replace every operator the patterns match with a kernel that raises ForbiddenOperator.
+
+    `for_good` (the grader's child): the registrations belong to no Python object the graded code could
+    reach and destroy: torch's C++ library objects are made here without `torch.library` (whose objects,
+    and a finalizer registry that holds them, Python can reach), their reference count raised so that
+    they are never freed, and no reference kept (they are no objects the garbage collector tracks either).
+    What is left is to register a kernel over them, which takes `torch.library` or `torch._C` (forbidden
+    names); `Refusal.intact` sees that. Else (pytest's case) until `Refusal.restore`."""
     by_namespace: dict[str, list[str]] = {}
     for name in operator_overloads(patterns):
         namespace, _, rest = name.partition("::")
         by_namespace.setdefault(namespace, []).append(rest)
-    libraries = []
+    send = channel.send if channel is not None else None
+    modules = []
     for namespace, overloads in by_namespace.items():
-        library = torch.library.Library(namespace, "IMPL")
+        module = torch._C._dispatch_library("IMPL", namespace, "", REFUSAL_MARK, 0)
         for overload in overloads:
-            op = f"{namespace}.{overload.split('.')[0]}"
+            kernel = _unavailable(f"{namespace}.{overload.split('.')[0]}", send)
             for key in OVERRIDE_KEYS:
-                library.impl(overload, _unavailable(op), key)
-        libraries.append(library)
-    return _Libraries(libraries)
+                module.impl(overload, key, kernel, False)
+        modules.append(module)
+    if for_good:
+        for module in modules:
+            ctypes.pythonapi.Py_IncRef(ctypes.py_object(module))
+        modules = []
+    return Refusal(operator_overloads(patterns), modules)
 
 
-class _Libraries:
-    def __init__(self, libraries: list[Any]):
-        self.libraries = libraries
+class Refusal:
+    """The forbidden operators' replacement: whether it still stands, and (pytest's) its removal."""
 
-    def _destroy(self) -> None:
-        for library in self.libraries:
-            library._destroy()
-        self.libraries = []
+    def __init__(self, overloads: list[str], modules: list[Any]):
+        self.overloads = tuple(overloads)
+        self._modules = modules
+        self._dump = torch._C._dispatch_dump  # taken now: a name replaced later changes nothing here
+
+    def intact(self) -> bool:
+        """Whether every overload still runs our kernel for every key (one registered over it, or ours
+        removed, leaves ours missing or "(inactive)" in torch's dump of the operator's registrations)."""
+        mark = f"registered at {REFUSAL_MARK}:0"
+        for overload in self.overloads:
+            active = [line for line in self._dump(overload).splitlines() if mark in line and "(inactive)" not in line]
+            if len(active) != len(OVERRIDE_KEYS):
+                return False
+        return True
+
+    def restore(self) -> None:
+        for module in self._modules:
+            module.reset()
+        self._modules = []
 
 
 def _process_refused(how: str) -> None:

@@ -1,0 +1,353 @@
+"""The rule's evidence leaves the student's process as it is seen, and nothing runs unwatched (issue 36).
+
+Each attack below kept points before: the record lived in the student's process until the case's end
+(emptied after a built-in ran, it said nothing), the dispatcher's refusal was a Python object the code
+could find and destroy, the import ran unwatched, and a returned Tensor subclass ran its own Python when
+the child saved it, after the case's watch had closed. The attacks that reach into the interpreter are
+released from the scan's hold (as the staff would after reading them) so that the run-time layer alone
+is tested; what pytest can and cannot defend is said where the two differ.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from cs_basics.harness.grading.limits import Limits
+from cs_basics.harness.grading.sandbox import RunState
+from cs_basics.harness.rule.evidence import CUT_OFF, LOST_STATUS, Channel, Received, merged
+from cs_basics.harness.rule.fromscratch import HELD, runtime_breach
+from cs_basics.harness.rule.outputs import SubclassReturned, plain_outputs
+from cs_basics.harness.rule.record import Record, StudentFrames, Watch, install
+
+from .submissions import ROOT, run, scores
+from .test_from_scratch import ATTENTION, INLINE_WEIGHTS, SOFTMAX, SOFTMAX_FROM_SCRATCH, attention_with, source, student
+from .test_rule_layers import SANDBOXES, graded, pytest_messages
+
+BOTH = [SOFTMAX, ATTENTION]
+THIS_FILE = StudentFrames(ROOT, lambda relative: relative.as_posix() == "staff_tests/test_rule_evidence.py")
+
+# ---------------------------------------------------------------- the evidence cannot be taken back
+
+# the dispatcher's refusal undone through whatever the frames and the collector reach, the built-in called,
+# then every record found emptied and replaced: full marks before (the child's refusal was a Python object
+# in a frame of the child, and its record was read only at the case's end)
+UNDO_THEN_FORGET = """
+import gc
+import os
+import sys
+
+
+def _undo_the_refusal():
+    frame = sys._getframe()
+    while frame is not None:
+        for value in list(frame.f_locals.values()):
+            for name in ("_destroy", "restore"):
+                method = getattr(value, name, None)
+                if callable(method) and type(value).__name__ in ("_Libraries", "Refusal", "Library"):
+                    method()
+        frame = frame.f_back
+    for found in gc.get_objects():
+        if type(found).__name__ in ("_DispatchModule", "Library"):
+            getattr(found, "reset", getattr(found, "_destroy", lambda: None))()
+
+
+def _forget():
+    frame = sys._getframe()
+    while frame is not None:
+        for value in list(frame.f_locals.values()):
+            record = getattr(value, "record", None)
+            if type(value).__name__ == "Watch":
+                for name in ("sightings", "tampering", "processes", "library"):
+                    getattr(record, name).clear()
+                value.record = type(record)()
+        frame = frame.f_back
+
+
+def softmax(in_features, dim):
+    _undo_the_refusal()
+    try:
+        if in_features.requires_grad:  # no built-in where a backward pass would run it again, after the call
+            raise LookupError
+        out = getattr(F, "soft" + "max")(in_features, dim)
+    except Exception:  # refused (or a case with gradients): computed here instead, and the refusal forgotten
+        shifted = in_features - in_features.amax(dim=dim, keepdim=True)
+        out = torch.exp(shifted) / torch.exp(shifted).sum(dim=dim, keepdim=True)
+    _forget()
+    return out
+"""
+
+
+@pytest.mark.parametrize("sandbox", SANDBOXES)
+def test_a_refusal_the_code_destroys_and_a_record_it_empties_still_cost_the_problem(assignment, tmp_path, sandbox):
+    """The refusal belongs to no Python object (frames and the collector find nothing to destroy), and the
+    sighting reached the grader before the record was emptied: 0 for softmax, naming the operator."""
+    functional = source(UNDO_THEN_FORGET, attention_with(INLINE_WEIGHTS))
+    got, first = graded(assignment, tmp_path, functional, sandbox, released=BOTH)
+    assert got == pytest.approx({SOFTMAX: 0.0, ATTENTION: 5.0}), first
+    assert re.search(r"aten\._?softmax, which is torch's softmax", first[SOFTMAX]), first[SOFTMAX]
+    assert "must be written from scratch" in first[SOFTMAX], first[SOFTMAX]
+
+
+def test_evidence_sent_on_the_channel_survives_the_record_emptied_after(tmp_path):
+    """The channel alone: what a watch saw is on the pipe before the call returns; the record emptied and
+    replaced afterwards changes nothing the grader decides from."""
+    read, write = os.pipe()
+    channel = Channel(write)
+    with Watch([], THIS_FILE, channel=channel, charged=["softmax-dim_0"]) as watch:
+        torch.distributions.Categorical(logits=torch.randn(3, 5))  # library arithmetic, off the glue list
+    watch.record.library.clear()
+    watch.record = Record()
+    os.close(write)
+    lines = os.read(read, 1 << 16).decode().splitlines()
+    os.close(read)
+    received = Received()
+    for line in lines:
+        received.add(json.loads(line), ["softmax-dim_0"])
+    record = merged(Record(), received.evidence("softmax-dim_0"), received.complete(channel.count()))
+    assert [c.function for c in record.library] == ["torch.distributions.categorical.Categorical.__init__"]
+    message = runtime_breach(SOFTMAX, "softmax-dim_0", record)
+    assert HELD in message and "Categorical.__init__" in message, message
+
+
+def test_a_line_of_evidence_that_never_arrived_holds_the_problem(assignment):
+    """The case's report says the channel sent two lines; one was read: the record was cut off. A child that
+    ended because it could not write a line (LOST_STATUS) holds its case's problem too."""
+    state = RunState({"softmax-dim_0": SOFTMAX}, Limits(), stop_at=0.0, log=None)
+    state.evidence({"event": "evidence", "t": "abc", "n": 2, "kind": "tampering", "cases": ["x"]}, ["softmax-dim_0"])
+    state.finish("softmax-dim_0", {"event": "done", "record": {}, "evidence": {"t": "abc", "n": 2}}, 0.1)
+    record = state.runs["softmax-dim_0"].record
+    assert record.cut_off == [CUT_OFF]
+    message = runtime_breach(SOFTMAX, "softmax-dim_0", record)
+    assert HELD in message and CUT_OFF in message, message
+    assert runtime_breach(SOFTMAX, "softmax-dim_0", record, released=frozenset({SOFTMAX})) is None
+    whole = RunState({"softmax-dim_0": SOFTMAX}, Limits(), stop_at=0.0, log=None)
+    whole.finish("softmax-dim_0", {"event": "done", "record": {}, "evidence": {"t": "abc", "n": 0}}, 0.1)
+    assert runtime_breach(SOFTMAX, "softmax-dim_0", whole.runs["softmax-dim_0"].record) is None
+    whole.fail(["softmax-dim_0"], "the process ended")
+    whole.cut_off("softmax-dim_0", f"exited with status {LOST_STATUS}")
+    assert whole.runs["softmax-dim_0"].record.cut_off == [CUT_OFF]
+
+
+# descriptors the code closes (every pipe it has but its standard ones), then library arithmetic: the line
+# that says so cannot be written, and the child ends at once
+CLOSES_THE_CHANNEL = """
+import os
+import stat
+
+
+def softmax(in_features, dim):
+    for fd in range(3, 256):
+        try:
+            if stat.S_ISFIFO(os.fstat(fd).st_mode):
+                os.close(fd)
+        except OSError:
+            pass
+    logits = torch.distributions.Categorical(logits=in_features.movedim(dim, -1)).logits
+    return logits.exp().movedim(-1, dim)
+"""
+
+
+@pytest.mark.parametrize("sandbox", SANDBOXES)
+def test_a_channel_closed_before_library_arithmetic_holds_the_problem(assignment, tmp_path, sandbox):
+    functional = source(CLOSES_THE_CHANNEL, attention_with(INLINE_WEIGHTS))
+    got, first = graded(assignment, tmp_path, functional, sandbox)
+    assert got[SOFTMAX] == 0.0 and got[ATTENTION] == pytest.approx(5.0), first
+    assert HELD in first[SOFTMAX] and CUT_OFF in first[SOFTMAX], first[SOFTMAX]
+
+
+def test_the_refusal_is_registered_where_python_cannot_reach_it_and_checked_at_each_case_end():
+    """In a process of its own (the refusal stays for its life, as in the child): no object the collector
+    tracks holds it; `intact` is True until a kernel is registered over it, and a watch then says so."""
+    script = textwrap.dedent(
+        """
+        import gc
+        import torch
+        from cs_basics.harness.rule.record import StudentFrames, Watch, remove_operators
+
+        refusal = remove_operators(["aten._softmax", "aten.softmax"], for_good=True)
+        assert not [o for o in gc.get_objects() if type(o).__name__ == "_DispatchModule"]
+        refusal.restore()  # nothing to restore: the registrations belong to no object
+        try:
+            torch.softmax(torch.zeros(3), 0)
+            raise SystemExit("softmax ran")
+        except RuntimeError as err:
+            assert "is not available in graded code" in str(err), err
+        assert refusal.intact()
+        frames = StudentFrames(".", lambda relative: True)
+        with Watch(["aten._softmax"], frames, refusal=refusal) as watch:
+            library = torch.library.Library("aten", "IMPL")
+            library.impl("_softmax", lambda x, dim, half: x, "CPU")
+        assert not refusal.intact()
+        assert any("refusal" in t for t in watch.record.tampering), watch.record
+        print("ok")
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.stdout.strip() == "ok", done.stderr[-3000:]
+
+
+# ---------------------------------------------------------------- outputs are plain tensors
+
+# a Tensor subclass whose __torch_function__ answers with torch's distribution when the output is detached:
+# what the child did to save it, after the case's watch had closed (full marks on the forward cases before)
+DEFERRED_SOFTMAX = """
+class _Later(torch.Tensor):
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        if func is torch.Tensor.detach and hasattr(args[0], "later"):
+            source, dim = args[0].later
+            return torch.distributions.Categorical(logits=source.movedim(dim, -1)).probs.movedim(-1, dim)
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
+def softmax(in_features, dim):
+    out = in_features.detach().clone().as_subclass(_Later)
+    out.later = (in_features.detach(), dim)
+    return out
+"""
+
+
+@pytest.mark.parametrize("sandbox", SANDBOXES)
+def test_a_returned_tensor_subclass_is_refused_plainly_in_the_grader_and_in_pytest(assignment, tmp_path, sandbox):
+    functional = source(DEFERRED_SOFTMAX, attention_with(INLINE_WEIGHTS))
+    got, first = graded(assignment, tmp_path, functional, sandbox, released=BOTH)
+    assert got == pytest.approx({SOFTMAX: 0.0, ATTENTION: 5.0}), first
+    said = "your function returned a _Later (a subclass of torch.Tensor); return a plain torch.Tensor"
+    assert said in first[SOFTMAX], first[SOFTMAX]
+    if sandbox == SANDBOXES[0]:
+        in_pytest = pytest_messages(assignment, student(tmp_path, functional, name="pytest"), released=BOTH)
+        assert said in in_pytest[SOFTMAX], in_pytest
+
+
+def test_plain_outputs_copy_plain_tensors_and_name_what_is_not():
+    x = torch.randn(3, requires_grad=True)
+    copied = plain_outputs({"out": x * 2, "grad.x": torch.ones(3), "other": (1, 2)})
+    assert type(copied["out"]) is torch.Tensor and not copied["out"].requires_grad
+    assert copied["other"] == (1, 2)
+    parameter = torch.nn.Parameter(torch.ones(2))
+    assert type(plain_outputs({"out": parameter})["out"]) is torch.Tensor
+
+    class Swapped(torch.Tensor):
+        pass
+
+    with pytest.raises(SubclassReturned, match=r"the gradient of x \(after your code's hooks\) is a Swapped"):
+        plain_outputs({"grad.x": torch.ones(2).as_subclass(Swapped)})
+
+
+# ---------------------------------------------------------------- C++ formulas reached through the autograd graph
+
+# the gradient of logsumexp is a softmax: the node computes it in C++, with the student's frame innermost
+NODE_SOFTMAX = """
+def softmax(in_features, dim):
+    with torch.enable_grad():
+        x = in_features.detach().movedim(dim, -1).requires_grad_()
+        lse = torch.logsumexp(x, -1)
+        return lse.grad_fn(torch.ones_like(lse)).detach().movedim(-1, dim)
+"""
+
+
+def test_an_autograd_node_called_as_a_function_is_held_naming_it(assignment, tmp_path):
+    """The forward cases passed before: no library frame stood between the line and the operators."""
+    functional = source(NODE_SOFTMAX, attention_with(INLINE_WEIGHTS))
+    line = functional.splitlines().index(NODE_SOFTMAX.splitlines()[5]) + 1
+    named = (
+        f"torch.autograd node LogsumexpBackward0, called as a function, called from cs_basics/nn/functional.py:{line}"
+    )
+    got, first = graded(assignment, tmp_path, functional)
+    assert got == pytest.approx({SOFTMAX: 0.0, ATTENTION: 5.0}), first
+    assert HELD in first[SOFTMAX] and named in first[SOFTMAX], first[SOFTMAX]
+    in_pytest = pytest_messages(assignment, student(tmp_path, functional, name="pytest"))
+    assert HELD in in_pytest[SOFTMAX] and named in in_pytest[SOFTMAX], in_pytest
+
+
+def test_honest_code_that_reads_grad_fn_is_held_by_nothing():
+    install()  # as pytest and the child do: grad_fn read by the student's line gives a node that tells the watch
+    x = torch.randn(2, 3, requires_grad=True)
+    with Watch([], THIS_FILE) as watch:
+        out = torch.exp(x - x.amax(-1, keepdim=True))
+        assert out.grad_fn is not None and out.grad_fn.name() == "ExpBackward0"
+        assert str(out.grad_fn).startswith("<ExpBackward0")
+    assert watch.record.library == [], watch.record
+
+
+# ---------------------------------------------------------------- the import runs watched
+
+# the built-in tried at import, by a name built at run time, its refusal caught
+REFUSED_AT_IMPORT = """
+try:
+    getattr(F, "soft" + "max")(torch.zeros(3), 0)
+except Exception:
+    pass
+"""
+# library arithmetic at import: torch's distribution normalises logits, as it would the phase's inputs
+LIBRARY_AT_IMPORT = """
+_PRECOMPUTED = torch.distributions.Categorical(logits=torch.zeros(4)).logits.exp()
+"""
+
+
+@pytest.mark.parametrize("sandbox", SANDBOXES)
+def test_a_forbidden_operator_run_at_import_costs_every_problem_of_the_process(assignment, tmp_path, sandbox):
+    """Both problems forbid softmax's operators and run in one process: the import is charged to both, with
+    the line (both full marks before: the import ran unwatched)."""
+    functional = source(SOFTMAX_FROM_SCRATCH, attention_with(INLINE_WEIGHTS), REFUSED_AT_IMPORT)
+    got, first = graded(assignment, tmp_path, functional, sandbox, released=BOTH)
+    assert got == pytest.approx({SOFTMAX: 0.0, ATTENTION: 0.0}), first
+    for problem in BOTH:
+        assert re.search(r"aten\._?softmax, which is torch's softmax", first[problem]), first[problem]
+        assert "functional.py:27 in <module>" in first[problem], first[problem]
+
+
+def test_library_arithmetic_at_import_holds_every_problem_in_the_grader_and_in_pytest(assignment, tmp_path):
+    functional = source(SOFTMAX_FROM_SCRATCH, attention_with(INLINE_WEIGHTS), LIBRARY_AT_IMPORT)
+    got, first = graded(assignment, tmp_path, functional)
+    assert got == pytest.approx({SOFTMAX: 0.0, ATTENTION: 0.0}), first
+    for problem in BOTH:
+        assert HELD in first[problem] and "Categorical.__init__" in first[problem], first[problem]
+        assert "in <module>" in first[problem], first[problem]
+    # the students' real pytest run: the plugin watches the test modules' import, where the adapters import it
+    folder = student(tmp_path, functional, name="pytest")
+    for name in ("tests", "fixtures"):
+        shutil.rmtree(folder / name, ignore_errors=True)
+        shutil.copytree(ROOT / name, folder / name, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", folder)
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", "tests"]
+    done = subprocess.run(command, cwd=folder, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1, done.stdout[-3000:]
+    public = [c for c in assignment.cases if not c.hidden]
+    assert f"{len(public)} failed" in done.stdout.splitlines()[-1], done.stdout[-3000:]  # every graded test
+    assert done.stdout.count("Categorical.__init__, called from cs_basics/nn/functional.py:26 in <module>") == len(
+        public
+    ), done.stdout[-3000:]
+
+
+def test_a_librarys_own_import_is_not_the_students_arithmetic(tmp_path, monkeypatch):
+    """A library whose module runs operators as it loads (its set-up): imported from the student's line, it is
+    charged nothing; its function called from the student's line is."""
+    (tmp_path / "loads_with_arithmetic.py").write_text(
+        "import torch\n\n\ndef normalise(x):\n    return x.exp() / x.exp().sum()\n\n\n"
+        "TABLE = normalise(torch.zeros(3))\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "loads_with_arithmetic", raising=False)
+    with Watch([], THIS_FILE) as importing:
+        import loads_with_arithmetic
+    assert importing.record.library == [], importing.record
+    with Watch([], THIS_FILE) as calling:
+        loads_with_arithmetic.normalise(torch.zeros(3))
+    assert [c.function for c in calling.record.library] == ["loads_with_arithmetic.normalise"], calling.record
+
+
+def test_honest_code_run_through_the_grader_keeps_every_point(assignment, tmp_path):
+    """The reference, with einops at import and a plain return: nothing of the above holds it."""
+    header = "import einops  # noqa: F401\n"
+    result = run(assignment, student(tmp_path, header + source(SOFTMAX_FROM_SCRATCH, attention_with(INLINE_WEIGHTS))))
+    assert scores(result) == pytest.approx({SOFTMAX: 1.0, ATTENTION: 5.0}), [t.output for t in result.tests]
