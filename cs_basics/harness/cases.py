@@ -151,6 +151,7 @@ class Case:
     weight: float = 1.0
     hidden: bool = False
     description: str = field(default="", compare=False)
+    declaration: Any = field(default=None, compare=False, repr=False)  # the problem.Problem that made it, if one did
 
     @property
     def id(self) -> str:
@@ -160,12 +161,13 @@ class Case:
     def prepare(
         self, inputs: Tensors, device: torch.device, *, dtype: torch.dtype | None = None, layout: bool = True
     ) -> dict[str, Any]:
-        """The arguments the student's code gets: fresh copies in the case's dtype (masks stay bool) on
-        the device, laid out by `view`, the leaves needing gradients when there is an upstream gradient."""
+        """The arguments the student's code gets: fresh copies on the device, the floating-point ones in the
+        case's dtype (masks stay bool, positions integers), laid out by `view`, the leaves needing gradients
+        when there is an upstream gradient."""
         dtype = dtype or self.dtype
         device = placed(device, dtype)
         args: dict[str, Any] = {
-            name: t.to(device, copy=True) if t.dtype == torch.bool else t.to(device, dtype, copy=True)
+            name: t.to(device, dtype, copy=True) if t.is_floating_point() else t.to(device, copy=True)
             for name, t in inputs.items()
         }
         if layout and self.view is not None:
