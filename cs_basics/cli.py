@@ -23,6 +23,18 @@ def cmd_fixtures(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_check_cases(args: argparse.Namespace) -> int:
+    from cs_basics.harness.config import Assignment
+    from cs_basics.harness.course.casecheck import check_cases, shipped_answers
+
+    assignment = Assignment.find(args.project)
+    report = check_cases(assignment)
+    print(report.text())
+    shipped = shipped_answers(assignment)
+    print(*(f"PROBLEM: {line}" for line in shipped), sep="\n") if shipped else print("the handout ships no answer")
+    return 1 if report.problems or shipped else 0
+
+
 def cmd_grade(args: argparse.Namespace) -> int:
     # without torch: the grading server starts first and imports torch while this process imports it too
     from cs_basics.harness.grading.limits import limits_from
@@ -409,6 +421,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     fixtures.add_argument("--project", **project)
     fixtures.set_defaults(func=cmd_fixtures)
+
+    check = sub.add_parser(
+        "check-cases",
+        help="the reference's share of each tolerance, every known mistake failing a case and named there, "
+        "and no answer computed by what the handout ships",
+    )
+    check.add_argument("--project", **project)
+    check.set_defaults(func=cmd_check_cases)
 
     grade = sub.add_parser("grade", help="grade a submission (or a folder of them) into Gradescope's results format")
     grade.add_argument("--submission", type=Path, default=None, help="a student's copy, or a folder of them")

@@ -59,6 +59,7 @@ class CheckContext:
     args: dict[str, Any]
     outputs: Mapping[str, Any]
     device: torch.device
+    stored_mistakes: Mapping[str, Tensors] = field(default_factory=dict)  # staff-only mistakes' outputs, by name
 
     @property
     def fix(self) -> str:
@@ -216,9 +217,11 @@ def run_call(case: Case, adapters: ModuleType, inputs: Tensors, device: torch.de
 
 
 def run_check(case: Case, inputs: Tensors, expected: Tensors, outputs: Mapping[str, Any], device: torch.device) -> None:
-    """The checking side: rebuild the arguments and check the outputs against them."""
+    """The checking side: rebuild the arguments and check the outputs against them (and the staff-only
+    mistakes' outputs, stored beside the expected ones, for the diagnosis)."""
     args = case.prepare(inputs, device)
-    case.check(CheckContext(case, inputs, expected, args, outputs, device))
+    expected, stored = diagnosis.split_stored(expected)
+    case.check(CheckContext(case, inputs, expected, args, outputs, device, stored))
 
 
 def run_case(case: Case, adapters: ModuleType, store: FixtureStore, device: torch.device) -> None:
