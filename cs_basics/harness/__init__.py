@@ -3,7 +3,7 @@
 - `cs_basics.harness` (this folder's modules): an assignment's test library. Cases and their checks
   (`cases`), comparison (`compare`), the fixture store and its generation (`fixtures`, `generate`), the
   course's declaration (`config`), the device (`device`), known mistakes (`diagnosis`). What an
-  assignment's tests import, in one short path: `from cs_basics.harness import Case, Tolerance, graded`.
+  assignment's tests import, in one short path: `from cs_basics.harness import Problem, Tolerance, graded`.
 - `harness.rule`: the from-scratch rule (what a problem's code names, what its cases run).
 - `harness.pytest_plugin`: the students' pytest run, which applies the rule as the grader does.
 - `harness.grading`: the grader of one untrusted submission (staging, the sandbox, its server and
@@ -33,6 +33,7 @@ EXPORTS = {
     "FixtureStore": "fixtures",
     "FixtureError": "fixtures",
     "Mistake": "diagnosis",
+    "Problem": "problem",
     "choose_device": "device",
     "graded": "pytest_plugin",
 }

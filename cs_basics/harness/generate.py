@@ -69,6 +69,9 @@ def stored_mistakes(case: Case, inputs: Tensors) -> Tensors:
     for mistake in case.mistakes:
         if not staff_only(mistake) or (mistake.dtypes and case.dtype not in mistake.dtypes):
             continue
+        adapter = getattr(case.adapter_call, "adapter", None)  # the one adapter a declared case calls
+        if adapter is not None and adapter not in mistake.adapters:
+            continue  # a mistake of the problem's other adapter (SiLU's, on a SwiGLU case)
         if "." in mistake.name or any(k.startswith(f"{STORED}{mistake.name}.") for k in stored):
             raise ValueError(f"{case.id}: a staff-only mistake needs a name of its own without dots: {mistake.name!r}")
         dtype = case.dtype if mistake.in_case_dtype else torch.float64

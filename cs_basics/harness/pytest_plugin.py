@@ -18,7 +18,7 @@ from cs_basics.harness import diagnosis
 from cs_basics.harness.cases import Case, run_call, run_check
 from cs_basics.harness.config import Assignment
 from cs_basics.harness.device import DEVICE_ENV, choose_device, use_exact_float32
-from cs_basics.harness.fixtures import FixtureError
+from cs_basics.harness.fixtures import REGENERATE, FixtureError
 from cs_basics.harness.oneline import thick_adapter, thick_adapters  # noqa: F401 (thick_adapter: for the staff's tests)
 from cs_basics.harness.portable import scan_notes
 from cs_basics.harness.rule import record
@@ -147,6 +147,15 @@ def run_graded_case(
 ) -> Callable[[Case, ModuleType], None]:
     """Run one case through the given adapters module on the session's device, under the grader's rules."""
     return lambda case, adapters: run_graded(case, adapters, assignment, device, from_scratch, from_scratch_breaches)
+
+
+def test_fixtures_match_the_cases(assignment: Assignment) -> None:
+    """Every case has its fixture, intact, and every fixture belongs to a case: in the public store and, where
+    this copy has it, the hidden one. An assignment collects it with one import in its tests (tests/test_fixtures.py:
+    `from cs_basics.harness.pytest_plugin import test_fixtures_match_the_cases`)."""
+    problems = assignment.fixture_problems()
+    stores = " ".join(str(store.root.relative_to(assignment.root)) for store, _ in assignment.stores())
+    assert not problems, "\n".join(problems) + f"\nfix: `git checkout -- {stores}` or `{REGENERATE}`"
 
 
 def graded(test: Callable) -> Callable:

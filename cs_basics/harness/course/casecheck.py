@@ -16,6 +16,7 @@ its handout must not ship (`shipped_answers`, for the handout's check).
 from __future__ import annotations
 
 import inspect
+import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +28,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from cs_basics.harness.cases import Case, CheckContext, run_call
 from cs_basics.harness.config import Assignment
+from cs_basics.harness.diagnosis import split_stored
 from cs_basics.harness.problem import Oracle, resolve
 from cs_basics.harness.rule.record import forbids
 
@@ -79,11 +81,11 @@ def reference_shares(assignment: Assignment, case: Case, adapters: Any, report: 
     try:
         outputs = run_call(case, adapters, inputs, CPU)
         args = case.prepare(inputs, CPU)
-        ctx = CheckContext(case, inputs, expected, args, outputs, CPU)
+        ctx = CheckContext(case, inputs, split_stored(expected)[0], args, outputs, CPU)
         report.shares[case.id] = {
             name: share(outputs[name], value, ctx.tolerance(name).atol, ctx.tolerance(name).rtol)
-            for name, value in expected.items()
-            if isinstance(outputs.get(name), torch.Tensor) and not name.startswith("mistake.")
+            for name, value in ctx.expected.items()
+            if isinstance(outputs.get(name), torch.Tensor)
         }
         case.check(ctx)
     except Exception as err:  # the reference must pass; say how it does not
@@ -129,11 +131,27 @@ def variant(mistakes: Iterable[Any], index: int) -> bool:
 
 
 class OperatorsRun(TorchDispatchMode):
-    """The ATen operators ("aten._softmax") that reach torch's dispatcher while it is on."""
+    """The ATen operators ("aten._softmax") that reach torch's dispatcher while it is on, and the functions
+    called ("torch.nn.functional.rms_norm": a library's RMSNorm reaches the dispatcher as its primitives)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.seen: set[str] = set()
+        self.called: set[str] = set()
+
+    def __enter__(self) -> OperatorsRun:
+        sys.setprofile(self.profile)
+        return super().__enter__()
+
+    def __exit__(self, *exc: object) -> None:
+        sys.setprofile(None)
+        super().__exit__(*exc)
+
+    def profile(self, frame: Any, event: str, arg: Any) -> None:
+        if event == "call":
+            self.called.add(f"{frame.f_globals.get('__name__', '?')}.{frame.f_code.co_qualname}")
+        elif event == "c_call":
+            self.called.add(f"{getattr(arg, '__module__', None) or '?'}.{getattr(arg, '__qualname__', '?')}")
 
     @classmethod
     def _should_skip_dynamo(cls) -> bool:
@@ -185,13 +203,13 @@ def described(code: Any, what: str) -> str:
 
 
 def shipped_answers(assignment: Assignment) -> list[str]:
-    """The oracles and known mistakes the handout would carry that compute an answer without running an
-    operator the rule forbids their problem: each is code a student could copy. Empty when there is none."""
+    """The oracles and known mistakes the handout would carry that compute an answer without calling a function
+    or running an operator the rule forbids their problem: each is code a student could copy. Empty when none."""
     found: dict[str, str] = {}
     cleared: set[str] = set()  # ran a forbidden operator on a case: a call of the library's own
     problems = assignment.problems
     for case in assignment.cases:
-        forbidden = problems[case.problem].forbidden_ops
+        problem = problems[case.problem]
         for label, code, run in answers_of(case):
             if label in found or label in cleared or isinstance(code, str) or not shipped(code, assignment):
                 continue  # a "module:attribute" string is staff-only code, read only where fixtures are made
@@ -201,7 +219,8 @@ def shipped_answers(assignment: Assignment) -> list[str]:
                     run()
             except Exception:  # cannot run on this case: another case of the problem may tell
                 continue
-            if any(forbids(forbidden, op) for op in watch.seen):
+            ops, names = problem.forbidden_ops, problem.forbidden
+            if any(forbids(ops, op) for op in watch.seen) or any(forbids(names, name) for name in watch.called):
                 cleared.add(label)
             else:
                 found[label] = (
