@@ -35,6 +35,18 @@ def cmd_check_cases(args: argparse.Namespace) -> int:
     return 1 if report.problems or shipped else 0
 
 
+def cmd_new(args: argparse.Namespace) -> int:
+    from cs_basics.harness.course.new import NewError, create
+
+    try:
+        written = create(args.out.resolve(), args.harness)
+    except NewError as err:
+        print(f"cs-basics new: {err}", file=sys.stderr)
+        return 2
+    print(f"wrote {len(written)} files and the fixtures to {args.out}; next: cd {args.out} && uv run pytest")
+    return 0
+
+
 def cmd_grade(args: argparse.Namespace) -> int:
     # without torch: the grading server starts first and imports torch while this process imports it too
     from cs_basics.harness.grading.limits import limits_from
@@ -421,6 +433,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     fixtures.add_argument("--project", **project)
     fixtures.set_defaults(func=cmd_fixtures)
+
+    new = sub.add_parser("new", help="a next assignment's skeleton (one problem, its cases and fixtures) that passes")
+    new.add_argument("out", type=Path, help="a new folder; its name names the project and the student's package")
+    new.add_argument(
+        "--harness",
+        default=None,
+        help="the cs-basics source for [tool.uv.sources], as TOML (default: this checkout, by path, editable), "
+        'e.g. \'{ git = "https://github.com/COURSE/cs_basics", tag = "v1" }\'',
+    )
+    new.set_defaults(func=cmd_new)
 
     check = sub.add_parser(
         "check-cases",

@@ -56,3 +56,21 @@ def test_a_from_scratch_mistake_in_the_handout_is_found(shipped):
     found = shipped
     assert any("softmax: the known mistake no_max_shift (tests.mistakes.unshifted_softmax)" in line for line in found)
     assert not any("the reference" in line for line in found)  # the oracles are calls of torch's own: forbidden ops
+
+
+EXAMPLES = sorted(p.parent.name for p in (ROOT / "examples").glob("*/pyproject.toml"))
+
+
+@pytest.mark.parametrize("example", EXAMPLES)
+def test_check_cases_passes_for_every_example(example):
+    """Each example assignment, in a process of its own (its `tests` package is not this repository's)."""
+    import subprocess
+    import sys
+
+    folder = ROOT / "examples" / example
+    checked = subprocess.run(
+        [sys.executable, "-m", "cs_basics.cli", "check-cases"], cwd=folder, capture_output=True, text=True, timeout=240
+    )
+    assert checked.returncode == 0, checked.stdout[-4000:] + checked.stderr[-2000:]
+    assert "every mistake fails a case and is named" in checked.stdout
+    assert "the handout ships no answer" in checked.stdout
