@@ -23,6 +23,30 @@ def cmd_fixtures(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_check_cases(args: argparse.Namespace) -> int:
+    from cs_basics.harness.config import Assignment
+    from cs_basics.harness.course.casecheck import check_cases, shipped_answers
+
+    assignment = Assignment.find(args.project)
+    report = check_cases(assignment)
+    print(report.text())
+    shipped = shipped_answers(assignment)
+    print(*(f"PROBLEM: {line}" for line in shipped), sep="\n") if shipped else print("the handout ships no answer")
+    return 1 if report.problems or shipped else 0
+
+
+def cmd_new(args: argparse.Namespace) -> int:
+    from cs_basics.harness.course.new import NewError, create
+
+    try:
+        written = create(args.out.resolve(), args.harness)
+    except NewError as err:
+        print(f"cs-basics new: {err}", file=sys.stderr)
+        return 2
+    print(f"wrote {len(written)} files and the fixtures to {args.out}; next: cd {args.out} && uv run pytest")
+    return 0
+
+
 def cmd_grade(args: argparse.Namespace) -> int:
     # without torch: the grading server starts first and imports torch while this process imports it too
     from cs_basics.harness.grading.limits import limits_from
@@ -419,6 +443,24 @@ def build_parser() -> argparse.ArgumentParser:
     )
     fixtures.add_argument("--project", **project)
     fixtures.set_defaults(func=cmd_fixtures)
+
+    new = sub.add_parser("new", help="a next assignment's skeleton (one problem, its cases and fixtures) that passes")
+    new.add_argument("out", type=Path, help="a new folder; its name names the project and the student's package")
+    new.add_argument(
+        "--harness",
+        default=None,
+        help="the cs-basics source for [tool.uv.sources], as TOML (default: this checkout, by path, editable), "
+        'e.g. \'{ git = "https://github.com/COURSE/cs_basics", tag = "v1" }\'',
+    )
+    new.set_defaults(func=cmd_new)
+
+    check = sub.add_parser(
+        "check-cases",
+        help="the reference's share of each tolerance, every known mistake failing a case and named there, "
+        "and no answer computed by what the handout ships",
+    )
+    check.add_argument("--project", **project)
+    check.set_defaults(func=cmd_check_cases)
 
     grade = sub.add_parser("grade", help="grade a submission (or a folder of them) into Gradescope's results format")
     grade.add_argument("--submission", type=Path, default=None, help="a student's copy, or a folder of them")

@@ -9,7 +9,6 @@ every value and names the mistake (tests/mistakes.py) that a wrong answer reprod
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -18,6 +17,7 @@ import torch.nn.functional as F
 
 from cs_basics.harness.cases import Case, CheckContext, Tensors, Tolerances, check_outputs, randn
 from cs_basics.harness.compare import Tolerance
+from cs_basics.harness.problem import Problem
 from tests.mistakes import ATTENTION, CRASHES, MISTAKES, SOFTMAX, attention_contract, softmax_contract
 
 FLOAT32 = Tolerance(atol=1e-6, rtol=1e-5)
@@ -120,34 +120,15 @@ def heads_transposed(args: dict[str, Any]) -> dict[str, Any]:
     return args
 
 
-# ---------------------------------------------------------------- oracles (float64, torch's own)
-
-
-def attention_oracle(inputs: Tensors, dtype: torch.dtype = torch.float64, device: str = "cpu") -> Tensors:
-    Q, K, V = (inputs[n].to(device, dtype).requires_grad_() for n in "QKV")
-    mask = inputs.get("mask")
-    out = F.scaled_dot_product_attention(Q, K, V, attn_mask=None if mask is None else mask.to(device))
-    expected = {"out": out.detach()}
-    if "grad_out" in inputs:
-        out.backward(inputs["grad_out"].to(device, dtype))
-        expected |= {f"grad.{n}": t.grad for n, t in zip("QKV", (Q, K, V), strict=True)}
-    return expected
-
-
-def softmax_oracle(inputs: Tensors, dim: int) -> Tensors:
-    x = inputs["x"].double().requires_grad_()
-    out = torch.softmax(x, dim=dim)
-    expected = {"out": out.detach()}
-    if "grad_out" in inputs:
-        out.backward(inputs["grad_out"].double())
-        expected["grad.x"] = x.grad
-    return expected
+# ---------------------------------------------------------------- tolerances beyond the fixed ones
 
 
 def low_precision(ctx: CheckContext) -> Tolerances:
     """PyTorch's recipe: the error of its own SDPA in this dtype, with a floor and a fudge factor."""
     dtype, device = ctx.case.dtype, ctx.args["Q"].device
-    reference = attention_oracle(ctx.inputs, dtype=dtype, device=device)["out"]
+    Q, K, V = (ctx.inputs[n].to(device, dtype) for n in "QKV")
+    mask = ctx.inputs.get("mask")
+    reference = F.scaled_dot_product_attention(Q, K, V, attn_mask=None if mask is None else mask.to(device))
     high = ctx.expected["out"].to(reference.device)
     error = (reference.double() - high).abs()
     floor = LOW_PRECISION_FLOOR[dtype]
@@ -155,17 +136,6 @@ def low_precision(ctx: CheckContext) -> Tolerances:
     atol = max(error.max().item(), floor.atol) * LOW_PRECISION_FUDGE
     tol = Tolerance(atol=atol, rtol=min(max(rel, floor.rtol) * LOW_PRECISION_FUDGE, 1.0))
     return tol, tol
-
-
-# ---------------------------------------------------------------- the student's code, through the adapters
-
-
-def call_attention(adapters: Any, args: dict[str, Any]) -> dict[str, Any]:
-    return {"out": adapters.run_scaled_dot_product_attention(args["Q"], args["K"], args["V"], args.get("mask"))}
-
-
-def call_softmax(adapters: Any, args: dict[str, Any]) -> dict[str, Any]:
-    return {"out": adapters.run_softmax(args["x"], dim=args["dim"])}
 
 
 # ---------------------------------------------------------------- checks beyond the values
@@ -197,6 +167,29 @@ def check_all_false_rows(ctx: CheckContext) -> None:
             ctx.fail(f"{name}: rows of queries with an all-False mask must be exactly 0")
 
 
+# ---------------------------------------------------------------- the problems: float64 oracles on torch's own
+
+SOFTMAX_PROBLEM = Problem(
+    SOFTMAX,
+    calls={"run_softmax(x, dim=dim)": torch.softmax},
+    tolerances=TOLERANCES,
+    mistakes=MISTAKES[SOFTMAX],
+    contract=softmax_contract,
+)
+ATTENTION_PROBLEM = Problem(
+    ATTENTION,
+    calls={
+        "run_scaled_dot_product_attention(Q, K, V, mask)": lambda Q, K, V, mask: F.scaled_dot_product_attention(
+            Q, K, V, attn_mask=mask
+        )
+    },
+    tolerances=TOLERANCES,
+    mistakes=MISTAKES[ATTENTION],
+    crashes=CRASHES,
+    contract=attention_contract,
+)
+
+
 # ---------------------------------------------------------------- the cases
 
 
@@ -210,11 +203,8 @@ def attention(
     dtype: torch.dtype = torch.float32,
     view: Callable | None = None,
 ) -> Case:
-    tolerance = low_precision if dtype in LOW_PRECISION_FLOOR else TOLERANCES
-    return Case(
-        ATTENTION, test, param, seed, make, attention_oracle, call_attention, tolerance, check,
-        dtype=dtype, view=view, mistakes=MISTAKES[ATTENTION], crashes=CRASHES, contract=attention_contract,
-    )  # fmt: skip
+    tolerance = low_precision if dtype in LOW_PRECISION_FLOOR else None
+    return ATTENTION_PROBLEM.case(test, param, seed, make, check=check, dtype=dtype, view=view, tolerance=tolerance)
 
 
 def softmax(
@@ -235,11 +225,7 @@ def softmax(
         x[2] *= spread
         return {"x": x} | ({"grad_out": randn(seed + 1, 4, 6, 10)} if grad else {})
 
-    oracle = functools.partial(softmax_oracle, dim=dim)
-    return Case(
-        SOFTMAX, "test_softmax", param, seed, make, oracle, call_softmax, TOLERANCES,
-        dtype=dtype, constants={"dim": dim}, mistakes=MISTAKES[SOFTMAX], contract=softmax_contract,
-    )  # fmt: skip
+    return SOFTMAX_PROBLEM.case("test_softmax", param, seed, make, dtype=dtype, dim=dim)
 
 
 def shapes(q, k, v, mask=None, grad=False):

@@ -153,7 +153,9 @@ MISTAKES = {
             mean_shift_softmax,
             **STABILITY,
         ),
-        *(softmax_mistake("epsilon_in_denominator", EPSILON_ADVICE, epsilon_softmax(eps)) for eps in EPSILONS),
+        # an epsilon of 1e-10 shifts the weights by at most 1e-10 relative, within float64's tolerance: no case
+        # shows it (`cs-basics check-cases` says so)
+        *(softmax_mistake("epsilon_in_denominator", EPSILON_ADVICE, epsilon_softmax(eps)) for eps in EPSILONS[:-1]),
         softmax_mistake(
             "ignores_dim",
             "the softmax is taken over the last dim whatever `dim` says; pass `dim` to every reduction "

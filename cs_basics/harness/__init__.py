@@ -4,7 +4,7 @@
   (`cases`), comparison (`compare`), the fixture store and its generation (`fixtures`, `generate`), the
   course's declaration (`config`), the device (`device`), known mistakes (`diagnosis`), the memory
   cgroup the grader runs in (`cgroup`). What an assignment's tests import, in one short path:
-  `from cs_basics.harness import Case, Tolerance, graded`.
+  `from cs_basics.harness import Problem, Tolerance, graded`.
 - `harness.rule`: the from-scratch rule (what a problem's code names, what its cases run).
 - `harness.pytest_plugin`: the students' pytest run, which applies the rule as the grader does.
 - `harness.grading`: the grader of one untrusted submission (staging, the sandbox, its server and
@@ -34,6 +34,7 @@ EXPORTS = {
     "FixtureStore": "fixtures",
     "FixtureError": "fixtures",
     "Mistake": "diagnosis",
+    "Problem": "problem",
     "choose_device": "device",
     "graded": "pytest_plugin",
 }

@@ -59,6 +59,7 @@ class CheckContext:
     args: dict[str, Any]
     outputs: Mapping[str, Any]
     device: torch.device
+    stored_mistakes: Mapping[str, Tensors] = field(default_factory=dict)  # staff-only mistakes' outputs, by name
 
     @property
     def fix(self) -> str:
@@ -151,6 +152,7 @@ class Case:
     weight: float = 1.0
     hidden: bool = False
     description: str = field(default="", compare=False)
+    declaration: Any = field(default=None, compare=False, repr=False)  # the problem.Problem that made it, if one did
 
     @property
     def id(self) -> str:
@@ -160,12 +162,13 @@ class Case:
     def prepare(
         self, inputs: Tensors, device: torch.device, *, dtype: torch.dtype | None = None, layout: bool = True
     ) -> dict[str, Any]:
-        """The arguments the student's code gets: fresh copies in the case's dtype (masks stay bool) on
-        the device, laid out by `view`, the leaves needing gradients when there is an upstream gradient."""
+        """The arguments the student's code gets: fresh copies on the device, the floating-point ones in the
+        case's dtype (masks stay bool, positions integers), laid out by `view`, the leaves needing gradients
+        when there is an upstream gradient."""
         dtype = dtype or self.dtype
         device = placed(device, dtype)
         args: dict[str, Any] = {
-            name: t.to(device, copy=True) if t.dtype == torch.bool else t.to(device, dtype, copy=True)
+            name: t.to(device, dtype, copy=True) if t.is_floating_point() else t.to(device, copy=True)
             for name, t in inputs.items()
         }
         if layout and self.view is not None:
@@ -214,9 +217,11 @@ def run_call(case: Case, adapters: ModuleType, inputs: Tensors, device: torch.de
 
 
 def run_check(case: Case, inputs: Tensors, expected: Tensors, outputs: Mapping[str, Any], device: torch.device) -> None:
-    """The checking side: rebuild the arguments and check the outputs against them."""
+    """The checking side: rebuild the arguments and check the outputs against them (and the staff-only
+    mistakes' outputs, stored beside the expected ones, for the diagnosis)."""
     args = case.prepare(inputs, device)
-    case.check(CheckContext(case, inputs, expected, args, outputs, device))
+    expected, stored = diagnosis.split_stored(expected)
+    case.check(CheckContext(case, inputs, expected, args, outputs, device, stored))
 
 
 def run_case(case: Case, adapters: ModuleType, store: FixtureStore, device: torch.device) -> None:

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from cs_basics.harness.cases import Case, points_by_case
 from cs_basics.harness.fixtures import FixtureStore
@@ -51,23 +52,45 @@ class ConfigError(Exception):
 
 @dataclass(frozen=True)
 class Problem:
+    """A problem as grading sees it: its points and rule, from its [tool.cs-basics.problems.NAME] table or
+    from its declaration in the cases module (problem.Problem), and the adapters its cases call."""
+
     name: str
     points: float
     forbidden: tuple[str, ...] = ()  # library names (fnmatch patterns) the code the problem reaches may not use
     forbidden_ops: tuple[str, ...] = ()  # ATen operators (fnmatch patterns) its graded cases may not run
-    adapter: str = ""  # the adapter function that calls the problem's code
+    adapter: str = ""  # the adapter function that calls the problem's code (the first, where it has several)
+    adapters: tuple[str, ...] = ()  # every adapter its cases call, `adapter` first
 
     @classmethod
-    def from_table(cls, name: str, table: dict, course: dict | None = None) -> Problem:
-        """The problem's own table; the course-wide `forbidden` and `forbidden_ops` (in `course`, the
-        [tool.cs-basics] table) hold for every problem, before the problem's own."""
+    def from_table(cls, name: str, table: dict, course: dict | None = None, declared: Any = None) -> Problem:
+        """The problem's own table, or its declaration (`declared`, a problem.Problem); the course-wide
+        `forbidden` and `forbidden_ops` (in `course`, the [tool.cs-basics] table) hold for every problem,
+        before the problem's own."""
         course = course or {}
+        if declared is not None:
+            both = [
+                k
+                for k in ("points", "forbidden", "forbidden_ops", "adapter")
+                if k in table and getattr(declared, k, None)
+            ]
+            if both or (declared.points is None and "points" not in table):
+                where = f"[tool.cs-basics.problems.{name}] and its declaration in the cases module"
+                raise ConfigError(f"{where}: give {', '.join(both) or 'points'} in one of them (exactly one)")
+            table = {
+                "points": table.get("points", declared.points),
+                "forbidden": [*table.get("forbidden", ()), *declared.forbidden],
+                "forbidden_ops": [*table.get("forbidden_ops", ()), *declared.forbidden_ops],
+                "adapters": declared.adapters,
+            }
+        adapters = tuple(table.get("adapters", ())) or (table.get("adapter", f"run_{name}"),)
         return cls(
             name,
             float(table["points"]),
             (*course.get("forbidden", ()), *table.get("forbidden", ())),
             (*course.get("forbidden_ops", ()), *table.get("forbidden_ops", ())),
-            table.get("adapter", f"run_{name}"),
+            adapters[0],
+            adapters,
         )
 
 
@@ -90,10 +113,18 @@ class Assignment:
 
     @cached_property
     def problems(self) -> dict[str, Problem]:
-        problems = self.table.get("problems") or {}
-        if not problems:
+        """Each problem's points and rule: its pyproject.toml table, its declaration among the cases, or both."""
+        tables = self.table.get("problems") or {}
+        declared = self.declarations
+        if not tables and not declared:
             raise ConfigError(f"{self.root / 'pyproject.toml'}: [tool.cs-basics.problems] declares no problem")
-        return {name: Problem.from_table(name, table, self.table) for name, table in problems.items()}
+        names = [*tables, *(n for n in declared if n not in tables)]
+        return {n: Problem.from_table(n, tables.get(n, {}), self.table, declared.get(n)) for n in names}
+
+    @cached_property
+    def declarations(self) -> dict[str, Any]:
+        """The problem.Problem declarations behind the cases, by name."""
+        return {c.declaration.name: c.declaration for c in self.cases if c.declaration is not None}
 
     @cached_property
     def store(self) -> FixtureStore:

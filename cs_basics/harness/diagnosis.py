@@ -53,6 +53,7 @@ class CheckContext(Protocol):
     inputs: Any
     outputs: Any
     expected: Any
+    stored_mistakes: Any  # mistake name -> its outputs, as the fixture holds them (staff-only mistakes)
 
     def tolerance(self, name: str) -> Any: ...
 
@@ -65,7 +66,9 @@ MAX_NAMED = 3  # when more known mistakes than this give the same numbers, namin
 class Mistake:
     name: str
     advice: str  # for the student: what they probably did, and what to do instead
-    adapters: Mapping[str, Callable[..., Any]]  # the wrong implementation, by the adapter it stands in for
+    # the wrong implementation, by the adapter it stands in for; a "module:attribute" string is staff-only code
+    # (hidden/, left out of the handout): its outputs are stored in each fixture, and the diagnosis reads them there
+    adapters: Mapping[str, Callable[..., Any] | str]
     dtypes: tuple[torch.dtype, ...] = ()  # only cases of these dtypes can show it (empty: every case)
     # (outputs, gradients) to match within, or the dtype whose cases' tolerance to use; None: the case's own
     tolerance: tuple[Tolerance, Tolerance] | torch.dtype | None = None
@@ -146,7 +149,9 @@ def readable(value: object) -> bool:
 
 def wrong_outputs(ctx: CheckContext, mistake: Mistake, grad: bool) -> dict[str, Any]:
     """The mistake's outputs on the case's stored inputs, on the CPU in float64 (in the case's dtype if
-    the mistake asks), with gradients if `grad`."""
+    the mistake asks), with gradients if `grad`; a staff-only mistake's, as its fixture stores them."""
+    if staff_only(mistake):
+        return dict(ctx.stored_mistakes.get(mistake.name, {}))
     dtype = ctx.case.dtype if mistake.in_case_dtype else torch.float64
     args = ctx.case.prepare(ctx.inputs, torch.device("cpu"), dtype=dtype, layout=False)
     try:
@@ -154,6 +159,24 @@ def wrong_outputs(ctx: CheckContext, mistake: Mistake, grad: bool) -> dict[str, 
             return ctx.case.call(SimpleNamespace(**mistake.adapters), args)
     except Exception:  # a mistake that cannot even run on this case explains nothing
         return {}
+
+
+def staff_only(mistake: Mistake) -> bool:
+    """Whether the mistake's code stays with the staff (a "module:attribute" string), its outputs stored."""
+    return any(isinstance(wrong, str) for wrong in mistake.adapters.values())
+
+
+STORED = "mistake."  # fixture tensors "expected.mistake.<name>.<output>": a staff-only mistake's outputs
+
+
+def split_stored(expected: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """A fixture's expected values, and the staff-only mistakes' outputs stored beside them (by mistake name)."""
+    plain = {k: v for k, v in expected.items() if not k.startswith(STORED)}
+    stored: dict[str, dict[str, Any]] = {}
+    for key in expected.keys() - plain.keys():
+        name, _, output = key.removeprefix(STORED).partition(".")
+        stored.setdefault(name, {})[output] = expected[key]
+    return plain, stored
 
 
 def shows(ctx: CheckContext, mistake: Mistake, wrong: dict[str, Any], name: str) -> bool:

@@ -15,12 +15,15 @@ import math
 import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 
 from cs_basics.harness.cases import Case, Tensors
 from cs_basics.harness.config import Assignment
+from cs_basics.harness.diagnosis import STORED, staff_only
 from cs_basics.harness.fixtures import FixtureError, FixtureStore, encode
+from cs_basics.harness.problem import resolve
 
 COMMAND = "uv run cs-basics fixtures"
 # this assignment's oracle; another declares its own as `oracle = "..."` in [tool.cs-basics]
@@ -54,7 +57,33 @@ def prefixed(prefix: str, tensors: Tensors) -> Tensors:
 
 
 def oracle_of_copies(case: Case, inputs: Tensors) -> Tensors:
-    return {k: v.detach() for k, v in case.oracle({k: v.clone() for k, v in inputs.items()}).items()}
+    """The oracle's expected values, and beside them the outputs of the case's staff-only mistakes."""
+    expected = case.oracle({k: v.clone() for k, v in inputs.items()})
+    return {k: v.detach() for k, v in expected.items()} | stored_mistakes(case, inputs)
+
+
+def stored_mistakes(case: Case, inputs: Tensors) -> Tensors:
+    """The outputs of each staff-only mistake of the case (its code a "module:attribute" string: left out of the
+    handout) on the case's inputs, as the diagnosis would compute them, for the students' run to read."""
+    stored: Tensors = {}
+    for mistake in case.mistakes:
+        if not staff_only(mistake) or (mistake.dtypes and case.dtype not in mistake.dtypes):
+            continue
+        adapter = getattr(case.adapter_call, "adapter", None)  # the one adapter a declared case calls
+        if adapter is not None and adapter not in mistake.adapters:
+            continue  # a mistake of the problem's other adapter (SiLU's, on a SwiGLU case)
+        if "." in mistake.name or any(k.startswith(f"{STORED}{mistake.name}.") for k in stored):
+            raise ValueError(f"{case.id}: a staff-only mistake needs a name of its own without dots: {mistake.name!r}")
+        dtype = case.dtype if mistake.in_case_dtype else torch.float64
+        args = case.prepare({k: v.clone() for k, v in inputs.items()}, torch.device("cpu"), dtype=dtype, layout=False)
+        wrong = SimpleNamespace(**{name: resolve(code) for name, code in mistake.adapters.items()})
+        outputs = case.call(wrong, args)
+        stored |= {
+            f"{STORED}{mistake.name}.{k}": v.detach()
+            for k, v in outputs.items()
+            if isinstance(v, torch.Tensor) and not k.startswith("after.")
+        }
+    return stored
 
 
 def provenance(case: Case, oracle: str = ORACLE) -> dict[str, str]:

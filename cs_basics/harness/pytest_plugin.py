@@ -5,10 +5,7 @@ pytest_plugins = ["cs_basics.harness.pytest_plugin"]
 
 from __future__ import annotations
 
-import ast
-import functools
 import gc
-import inspect
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -21,7 +18,8 @@ from cs_basics.harness import diagnosis
 from cs_basics.harness.cases import Case, run_call, run_check
 from cs_basics.harness.config import Assignment
 from cs_basics.harness.device import DEVICE_ENV, choose_device, use_exact_float32
-from cs_basics.harness.fixtures import FixtureError
+from cs_basics.harness.fixtures import REGENERATE, FixtureError
+from cs_basics.harness.oneline import thick_adapter, thick_adapters  # noqa: F401 (thick_adapter: for the staff's tests)
 from cs_basics.harness.portable import scan_notes
 from cs_basics.harness.rule import record
 from cs_basics.harness.rule.fromscratch import FromScratch
@@ -137,7 +135,7 @@ def run_graded(
     """
     __tracebackhide__ = True  # the student's frames, not the harness's
     problem = assignment.problems.get(case.problem)
-    lost = problem and assignment.table.get("one_line_adapters") and thick_adapter(adapters, problem.adapter)
+    lost = problem and assignment.table.get("one_line_adapters") and thick_adapters(adapters, problem.adapters)
     if lost:
         pytest.fail(lost, pytrace=False)
     breaches = {} if breaches is None else breaches
@@ -169,40 +167,6 @@ def run_graded(
     run_check(case, inputs, expected, outputs, device)
 
 
-def thick_adapter(adapters: ModuleType, name: str) -> str | None:
-    """The grader's verdict on code placed in an adapter, for a course whose adapters are each one line
-    (`one_line_adapters = true` in [tool.cs-basics]): the grader runs the course's own adapters module,
-    whose `run_<problem>` calls the student's function, so anything more is lost there."""
-    adapter = getattr(adapters, name, None)
-    statements = adapter_statements(adapter) if callable(adapter) else None
-    if statements is None:
-        return None
-    body = statements[1:] if statements and is_docstring(statements[0]) else statements
-    if len(body) == 1 and isinstance(body[0], ast.Return) and isinstance(body[0].value, ast.Call):
-        return None
-    where = f"{Path(inspect.getsourcefile(adapter) or '?').name}: {name}"
-    return (
-        f"{where} holds more than the one line that calls your function ({len(body)} statements): the grader "
-        "runs the course's own tests/adapters.py, which calls cs_basics, so code placed here is lost in grading "
-        f"and this case would fail there. Move it into cs_basics and restore the adapter "
-        "(git checkout -- tests/adapters.py)"
-    )
-
-
-@functools.cache
-def adapter_statements(adapter: Callable) -> list[ast.stmt] | None:
-    try:
-        tree = ast.parse(inspect.cleandoc("\n" + inspect.getsource(adapter)))
-    except (OSError, TypeError, SyntaxError):
-        return None
-    function = tree.body[0] if tree.body else None
-    return function.body if isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef) else None
-
-
-def is_docstring(statement: ast.stmt) -> bool:
-    return isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant)
-
-
 @pytest.fixture(scope="session")
 def from_scratch_breaches() -> dict[str, str]:
     """The problems whose cases broke the from-scratch rule so far in this run, with the message."""
@@ -215,6 +179,15 @@ def run_graded_case(
 ) -> Callable[[Case, ModuleType], None]:
     """Run one case through the given adapters module on the session's device, under the grader's rules."""
     return lambda case, adapters: run_graded(case, adapters, assignment, device, from_scratch, from_scratch_breaches)
+
+
+def test_fixtures_match_the_cases(assignment: Assignment) -> None:
+    """Every case has its fixture, intact, and every fixture belongs to a case: in the public store and, where
+    this copy has it, the hidden one. An assignment collects it with one import in its tests (tests/test_fixtures.py:
+    `from cs_basics.harness.pytest_plugin import test_fixtures_match_the_cases`)."""
+    problems = assignment.fixture_problems()
+    stores = " ".join(str(store.root.relative_to(assignment.root)) for store, _ in assignment.stores())
+    assert not problems, "\n".join(problems) + f"\nfix: `git checkout -- {stores}` or `{REGENERATE}`"
 
 
 def graded(test: Callable) -> Callable:

@@ -1,0 +1,1 @@
+"""The student's package for the Transformer blocks assignment: RMSNorm, SiLU and SwiGLU, RoPE."""
