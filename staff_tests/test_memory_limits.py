@@ -117,6 +117,14 @@ def test_v1_a_container_sees_its_own_cgroup_at_the_mount_point(tmp_path: Path) -
     assert found is not None and found.limit == 512 * MiB and found.folder == mount and found.usage == 9
 
 
+def test_a_path_beside_the_mounts_root_is_not_under_it(tmp_path: Path) -> None:
+    """/docker/abcdef is not inside /docker/abc: the mount point's own cgroup is the one to read."""
+    mount = cgroup_files(tmp_path / "memory", {"memory.limit_in_bytes": str(256 * MiB)})
+    cgroup_files(mount / "def", {"memory.limit_in_bytes": str(1 * MiB)})
+    found = cgroup_memory("4:memory:/docker/abcdef\n", mountinfo(("/docker/abc", mount, "cgroup", "rw,memory")))
+    assert found is not None and found.folder == mount and found.limit == 256 * MiB
+
+
 def test_a_hybrid_machine_reads_v1s_memory_controller(tmp_path: Path) -> None:
     """cgroup v2 mounted beside v1 (systemd's hybrid layout) holds no memory controller: v1's limit is the one."""
     unified = cgroup_files(tmp_path / "unified", {"cgroup.controllers": ""})

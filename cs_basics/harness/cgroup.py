@@ -71,9 +71,9 @@ def _mounts(mountinfo: str) -> list[tuple[str, Path, str, set[str]]]:
 def _folder(mount_root: str, mount_point: Path, path: str) -> Path:
     """The folder of cgroup `path` under a mount showing cgroup `mount_root`; the mount point itself where
     the path lies outside what the mount shows (a container's view of the host's path)."""
-    relative = os.path.relpath(path, mount_root) if path.startswith(mount_root) else "."
-    folder = mount_point / relative if not relative.startswith("..") else mount_point
-    return folder if folder.is_dir() else mount_point
+    relative = os.path.relpath(path, mount_root)
+    folder = mount_point if relative.startswith("..") else (mount_point / relative).resolve()
+    return folder if folder.is_dir() and mount_point in (folder, *folder.parents) else mount_point
 
 
 def _chain(folder: Path, mount_point: Path) -> list[Path]:
