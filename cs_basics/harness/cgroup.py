@@ -42,10 +42,7 @@ def _number(path: Path) -> int | None:
         text = path.read_text().strip()
     except OSError:
         return None
-    if not text.isdigit():  # "max"
-        return None
-    value = int(text)
-    return None if value >= NO_LIMIT else value
+    return _big(int(text)) if text.isdigit() else None  # "max": no limit
 
 
 def _smallest(values: list[int | None]) -> int | None:
@@ -71,9 +68,9 @@ def _mounts(mountinfo: str) -> list[tuple[str, Path, str, set[str]]]:
 def _folder(mount_root: str, mount_point: Path, path: str) -> Path:
     """The folder of cgroup `path` under a mount showing cgroup `mount_root`; the mount point itself where
     the path lies outside what the mount shows (a container's view of the host's path)."""
-    relative = os.path.relpath(path, mount_root) if path.startswith(mount_root) else "."
-    folder = mount_point / relative if not relative.startswith("..") else mount_point
-    return folder if folder.is_dir() else mount_point
+    relative = os.path.relpath(path, mount_root)
+    folder = mount_point if relative.startswith("..") else (mount_point / relative).resolve()
+    return folder if folder.is_dir() and mount_point in (folder, *folder.parents) else mount_point
 
 
 def _chain(folder: Path, mount_point: Path) -> list[Path]:
@@ -109,10 +106,12 @@ def _stat(path: Path) -> dict[str, int]:
         lines = path.read_text().splitlines()
     except OSError:
         return {}
-    return {name: int(value) for name, value in (line.split() for line in lines if len(line.split()) == 2)}
+    pairs = (line.split() for line in lines)
+    return {pair[0]: int(pair[1]) for pair in pairs if len(pair) == 2 and pair[1].isdigit()}
 
 
 def _big(value: int | None) -> int | None:
+    """A limit as read; None for none (v1's largest values)."""
     return None if value is None or value >= NO_LIMIT else value
 
 

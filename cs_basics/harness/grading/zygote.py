@@ -167,8 +167,9 @@ def enter_namespaces(job: dict) -> bool:
 
 def limit(job: dict) -> None:
     limits = job["limits"]
-    if limits.get("memory_mb"):  # what the code may allocate beyond this server's data, which the child inherits
-        size = data_bytes() + (limits["memory_mb"] << 20)
+    inherited = data_bytes()  # this server's data, which the child inherits; unknown: the OOM killer's order only
+    if limits.get("memory_mb") and inherited:  # what the code may allocate beyond it
+        size = inherited + (limits["memory_mb"] << 20)
         resource.setrlimit(resource.RLIMIT_DATA, (size, size))
     with contextlib.suppress(OSError):  # where memory runs out all the same, the OOM killer ends this job first
         Path("/proc/self/oom_score_adj").write_text("1000")
