@@ -26,7 +26,7 @@ from collections import defaultdict  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from cs_basics.harness.config import Assignment  # noqa: E402
-from cs_basics.harness.grading import command, formats, grade, sandbox  # noqa: E402
+from cs_basics.harness.grading import command, formats, grade, runs, sandbox, worker  # noqa: E402
 from cs_basics.harness.grading.limits import Limits  # noqa: E402
 from cs_basics.harness.rule import fromscratch  # noqa: E402
 
@@ -36,17 +36,17 @@ ROOT = Path(__file__).resolve().parents[1]
 # (module or class, attribute, the step's name); a step timed inside another shows indented under it
 STEPS = [
     (grade, "check_course", "check the course's fixtures"),
-    (sandbox, "choose_sandbox", "choose the sandbox (bubblewrap's probe, once a process)"),
-    (sandbox, "lease_uid", "lease a job uid"),
+    (worker, "choose_sandbox", "choose the sandbox (bubblewrap's probe, once a process)"),
+    (worker, "lease_uid", "lease a job uid"),
     (sandbox.Server, "__init__", "start the grading server (not waiting for it)"),
     (sandbox.Server, "ready", "wait until the server is ready (it imports torch)"),
     (grade, "stage", "stage the submission"),
     (fromscratch, "scan_bounded", "static scan (a fork of the worker's warm scan process)"),
     (grade, "write_inputs", "write the cases' inputs"),
     (sandbox.Worker, "hand_over", "hand the job's folder over"),
-    (sandbox, "run_phase", "the two phases, public then hidden: a child each, the submission's import, the cases"),
+    (runs, "run_phase", "the two phases, public then hidden: a child each, the submission's import, the cases"),
     (sandbox.Worker, "end_processes", "end the job's processes (by uid)"),
-    (sandbox, "read_outputs", "read the outputs back"),
+    (runs, "read_outputs", "read the outputs back"),
     (sandbox.Worker, "clean_up", "clean up the job's folder"),
     (grade, "verdict", "compare (verdicts)"),
     (sandbox.Worker, "close", "close the worker (its server, its uid)"),

@@ -236,6 +236,58 @@ def test_signals_sent_to_the_grader_change_nothing(assignment, worker, tmp_path)
     assert left_running(worker) == []
 
 
+STOPS_ITS_PARENT = """
+import os, signal
+for _sig in (signal.SIGSTOP, signal.SIGTERM):  # its parent, whatever getppid() says (0 in the job's PID namespace)
+    try:
+        os.kill(os.getppid(), _sig)
+    except OSError:
+        pass
+
+
+def scaled_dot_product_attention(Q, K, V, mask=None):
+    return V * 0
+"""
+
+
+def test_a_submission_that_stops_its_parent_at_import_keeps_its_softmax(assignment, worker, tmp_path):
+    """SIGSTOP, then SIGTERM, to os.getppid() at import: the grader's processes are out of its reach, and in the
+    job's PID namespace, where getppid() is 0, kill(0, ...) would have stopped the submission's own process (the
+    import then took over 120 s, and every problem got 0): its right softmax keeps its point."""
+    result, seconds = graded(assignment, worker, submission(tmp_path, STOPS_ITS_PARENT))
+    assert scores(result) == pytest.approx({SOFTMAX: 1.0, ATTENTION: 0.0}), outputs_of(result, SOFTMAX)[0]
+    assert seconds < 60 and "shape mismatch" in outputs_of(result, ATTENTION)[0] + outputs_of(result, ATTENTION)[1]
+
+
+LOOKS_AT_IMPORT = """
+import os as _os
+from pathlib import Path as _Path
+
+_code = _Path(__file__).resolve().parents[2]  # the job's code; its inputs beside it
+_seen = [p.name for p in (_code.parent / "inputs").iterdir()]
+_seen += [str(p) for p in _code.rglob("cases.py") if p.parent.name == "hidden"]
+_reference_softmax = softmax
+
+
+def softmax(in_features, dim):
+    if _seen:
+        raise RuntimeError(f"at import the code saw {_seen}")
+    return _reference_softmax(in_features, dim)
+"""
+
+
+def test_code_run_at_import_finds_no_input_and_no_hidden_cases_code(assignment, worker, tmp_path):
+    """Each group of cases gets its inputs only once its process has imported the submission, and the public
+    phase's code holds no hidden cases' code: the public softmax cases pass. The hidden phase's code holds it
+    (its own folder, made after the public phase): its softmax cases fail, which shows the code looked."""
+    result, _ = graded(assignment, worker, submission(tmp_path, LOOKS_AT_IMPORT))
+    public = [t for t in result.tests if t.case.problem == SOFTMAX and not t.case.hidden]
+    hidden = [t for t in result.tests if t.case.problem == SOFTMAX and t.case.hidden]
+    assert public and all(t.passed for t in public), public[0].output
+    assert hidden and all("hidden" in t.output and "cases.py" in t.output for t in hidden), hidden[0].output
+    assert not any("safetensors" in t.output for t in hidden), hidden[0].output
+
+
 def test_an_endless_line_on_the_progress_pipe_is_not_kept(assignment, worker, tmp_path):
     """The grader reads at most Limits.progress_mb of it (a line longer than progress_line_kb is dropped),
     then stops reading it and ends the job."""
@@ -570,10 +622,21 @@ def test_without_namespaces_a_python_the_jobs_uid_cannot_reach_stops_grading_for
     assert f"cannot enter {blocked} (mode 700)" in str(stopped.value) and "chmod o+x" in str(stopped.value)
 
 
+@pytest.fixture
+def leased_uid(monkeypatch) -> Iterator[int]:
+    """One of the last uids of the range, leased while the test runs: another grader on the machine (another
+    checkout's tests) may have jobs as the others, whose files these tests' clean-up would delete."""
+    last = UID_BASE + UID_COUNT - 1
+    monkeypatch.setenv(UIDS_ENV, f"{last - 3}-{last}")
+    uid, lease = lease_uid(wait=120)
+    yield uid
+    lease.close()
+
+
 @needs_root
 @LAST_UIDS
-def test_without_namespaces_the_grader_deletes_what_the_jobs_uid_left(tmp_path):
-    uid = UID_BASE + UID_COUNT - 1
+def test_without_namespaces_the_grader_deletes_what_the_jobs_uid_left(tmp_path, leased_uid):
+    uid = leased_uid
     litter = Path(tempfile.mkdtemp(prefix="cs-basics-litter-"))
     (litter / "deep").mkdir()
     (litter / "deep" / "file").write_text("x")
@@ -586,10 +649,10 @@ def test_without_namespaces_the_grader_deletes_what_the_jobs_uid_left(tmp_path):
 
 @needs_root
 @LAST_UIDS
-def test_without_namespaces_the_grader_measures_what_the_jobs_uid_holds_in_the_temporary_folders():
-    """The bound where a job has no tmpfs of its own (the end-to-end path cannot run here: this machine's
-    Python is under /root, which a job's uid can enter only through its namespaces)."""
-    uid = UID_BASE + UID_COUNT - 2
+def test_without_namespaces_the_grader_measures_what_the_jobs_uid_holds_in_the_temporary_folders(leased_uid):
+    """The bound where a job has no tmpfs of its own (measured here on its own; test_fallback.py grades without
+    namespaces end to end)."""
+    uid = leased_uid
     hoard = Hoard(uid, limit_mb=8)
     files = [Path(f"/dev/shm/cs-basics-hoard-{uuid.uuid4().hex}"), Path(tempfile.mkdtemp()) / "deep"]
     try:
@@ -669,23 +732,22 @@ except ProcessLookupError:
 
 @needs_root  # root lets this test run a job with no uid and no namespaces of its own, as a user's grader does
 def test_a_grader_with_no_uid_to_kill_by_leaves_nothing_running_through_the_servers_sweep(assignment, tmp_path):
-    pid_file = tmp_path / "daemon.pid"
-    daemon = f"""
+    daemon = """
     import os as _os, time as _time
     if _os.fork() == 0:  # a daemon in a session of its own, whose parent exits
         _os.setsid()
         if _os.fork() == 0:
+            print("daemon", _os.getpid(), flush=True)  # Landlock lets the job write only in its own folder
             _null = _os.open(_os.devnull, _os.O_RDWR)
             for _fd in (0, 1, 2):
                 _os.dup2(_null, _fd)
-            open({str(pid_file)!r}, "w").write(str(_os.getpid()))
             _time.sleep(120)
         _os._exit(0)
     """
     with Worker("fallback", Limits(case_seconds=10, released=RELEASED), namespaces=False) as worker:
         worker.uid = None  # as for a grader that is not root: no uid to kill by, the server's sweep instead
         result, seconds = graded(assignment, worker, submission(tmp_path, daemon))
-        pid = int(pid_file.read_text())
+        pid = int(result.output.split("daemon ", 1)[1].split()[0])
         try:
             os.kill(pid, 0)
             left = True

@@ -79,14 +79,15 @@ class Attempt:
         self.id = job["id"]
         progress_r, progress_w = os.pipe()
         output_r, output_w = os.pipe()
+        go_r, self.go_w = os.pipe()  # a line on it: the inputs of the child's cases are written (see go)
         worker.none_left = False
         self.how: str | None = None  # set once the job's process has ended
         try:
-            self.server.send({"op": "run", "job": job}, (progress_w, output_w))
+            self.server.send({"op": "run", "job": job}, (progress_w, output_w, go_r))
         except OSError:  # the server died since it was found alive (the OOM killer): the job's cases get a verdict
             self.how = "was stopped with the grading server"
-        os.close(progress_w)
-        os.close(output_w)
+        for fd in (progress_w, output_w, go_r):
+            os.close(fd)
         self.fds = {progress_r: "progress", output_r: "output"}
         self.lines = Lines(worker.limits.progress_line_kb << 10, worker.limits.progress_mb << 20)
         self.hoard = worker.watch_hoard()
@@ -133,6 +134,11 @@ class Attempt:
             for _event in self.read(output[0]):
                 pass
 
+    def go(self) -> None:
+        """Tell the child, which said it has imported the submission, that its cases' inputs are written now."""
+        with contextlib.suppress(OSError):  # a child already gone: its cases fail as it ended
+            os.write(self.go_w, b"\n")
+
     def hear(self) -> None:
         message = self.server.receive(0)
         if message is None:
@@ -156,6 +162,9 @@ class Attempt:
         for fd in self.fds:
             os.close(fd)
         self.fds = {}
+        if self.go_w is not None:
+            os.close(self.go_w)
+            self.go_w = None
 
     def wait_ended(self, seconds: float) -> None:
         deadline = time.monotonic() + seconds

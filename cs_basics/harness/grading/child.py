@@ -156,8 +156,9 @@ def check_origin(packages: list[str], code: Path) -> None:
             raise ImportError(f"the submission has no {name!r} package of its own (found {where})")
 
 
-def run_job(job: dict, progress: int, isolated: bool, import_paths: list[str]) -> None:
-    """Run the job's cases; `import_paths` are the folders on sys.path (as the server saw them)."""
+def run_job(job: dict, progress: int, isolated: bool, import_paths: list[str], go: int | None = None) -> None:
+    """Run the job's cases; `import_paths` are the folders on sys.path (as the server saw them). With `go`, each
+    group's cases' inputs exist only once it said it has imported the submission (see wait_for_inputs)."""
     report = Reporter(progress)
     job_dir = Path(job["dir"])
     code = job_dir / "code"
@@ -171,23 +172,32 @@ def run_job(job: dict, progress: int, isolated: bool, import_paths: list[str]) -
     from cs_basics.harness.rule import record
 
     record.install()  # before the submission's code runs: threads it starts are recorded too
+    forbid_group_signals()
     if job["limits"].get("threads"):
         torch.set_num_threads(job["limits"]["threads"])
     groups = cases_by_rule(job)
     if len(groups) == 1:
-        run_group(job, report, isolated, *groups[0])
+        run_group(job, report, isolated, *groups[0], go=go)
     else:  # problems that forbid different operators: each group in a process of its own, one after another
         for group in groups:
             pid = os.fork()
             if pid == 0:
                 try:
-                    run_group(job, report, isolated, *group)
+                    run_group(job, report, isolated, *group, go=go)
                 finally:
                     os._exit(0)
             ended = os.waitpid(pid, 0)[1]
             if ended != 0:  # a case killed the interpreter: end as it did, and a fresh child takes the rest
                 os._exit(os.WEXITSTATUS(ended) if os.WIFEXITED(ended) else 128 + os.WTERMSIG(ended))
     report.send(event="finished")
+
+
+def wait_for_inputs(go: int | None) -> None:
+    """Until the grader says this group's inputs are written: it writes them only once the group said it is
+    ready, so no code the submission runs at import finds an input (None: they were written before we began)."""
+    if go is not None:
+        with contextlib.suppress(OSError):
+            os.read(go, 1)
 
 
 def cases_by_rule(job: dict) -> list[tuple[list[str], list[str]]]:
@@ -199,7 +209,9 @@ def cases_by_rule(job: dict) -> list[tuple[list[str], list[str]]]:
     return [(list(patterns), cases) for patterns, cases in groups.items()]
 
 
-def run_group(job: dict, report: Reporter, isolated: bool, forbidden_ops: list[str], case_ids: list[str]) -> None:
+def run_group(
+    job: dict, report: Reporter, isolated: bool, forbidden_ops: list[str], case_ids: list[str], go: int | None = None
+) -> None:
     """Import the submission and run cases that forbid the same operators, which are not there from
     before the import on: torch's dispatcher raises for them, whatever the code does to the record."""
     from cs_basics.harness.rule import record
@@ -236,6 +248,7 @@ def run_group(job: dict, report: Reporter, isolated: bool, forbidden_ops: list[s
     # scan holds for review), before any case: from here on the kernel refuses every new process
     forbid_new_processes()
     report.send(event="ready", isolated=isolated)
+    wait_for_inputs(go)
     for case_id in case_ids:
         report.send(event="start", case=case_id)
         case = cases[case_id]
@@ -299,6 +312,42 @@ def forbid_new_processes() -> bool:
     filter cannot be removed, and is inherited). False where the machine's ABI is not known here, or it is
     not Linux (the record's audit hook still refuses them while a case runs)."""
     program = seccomp_program(os.uname().machine) if sys.platform.startswith("linux") else None  # Linux's alone
+    return install_filter(program)
+
+
+# x86_64's and aarch64's kill(2)
+KILL_CALLS = {"x86_64": 62, "aarch64": 129}
+
+
+def group_signal_program(machine: str) -> list[tuple[int, int, int, int]] | None:
+    """Refuse (EPERM) kill(2) of a process group: pid 0 (the caller's own group) or below -1. In the job's PID
+    namespace the student's parent lies outside, so os.getppid() is 0 there, and kill(getppid(), SIGSTOP) would
+    stop the student's own process: refused, as signalling the grader's processes always was."""
+    if machine not in SYSCALLS:
+        return None
+    allow, deny = RET_ALLOW, RET_ERRNO | errno.EPERM
+    return [
+        (BPF_LD_W_ABS, 0, 0, 4),
+        (BPF_JEQ_K, 0, 6, SYSCALLS[machine][0]),  # another ABI: the filter after the import refuses it
+        (BPF_LD_W_ABS, 0, 0, 0),
+        (BPF_JEQ_K, 0, 4, KILL_CALLS[machine]),
+        (BPF_LD_W_ABS, 0, 0, 16),  # the pid, low half (an int)
+        (BPF_JEQ_K, 3, 0, 0),
+        (BPF_JEQ_K, 1, 0, 0xFFFFFFFF),  # -1: every process this uid may signal (its own, alone)
+        (BPF_JGE_K, 1, 0, 0x80000000),  # below -1: a process group
+        (BPF_RET_K, 0, 0, allow),
+        (BPF_RET_K, 0, 0, deny),
+    ]
+
+
+def forbid_group_signals() -> bool:
+    """From here on this process and what it starts may signal no process group (see group_signal_program)."""
+    program = group_signal_program(os.uname().machine) if sys.platform.startswith("linux") else None
+    return install_filter(program)
+
+
+def install_filter(program: list[tuple[int, int, int, int]] | None) -> bool:
+    """Install a seccomp filter on this process, for good; False where there is none for this machine."""
     if program is None:
         return False
     filters = (SockFilter * len(program))(*[SockFilter(*f) for f in program])

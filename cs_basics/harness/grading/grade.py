@@ -9,6 +9,7 @@ everything a hidden case printed, raised or computed is kept for that case's own
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -133,6 +134,7 @@ def job_settings(assignment: Assignment, folder: Path, device: torch.device, wor
         "dir": str(folder),
         "uid": worker.uid,
         "namespaces": worker.isolated,
+        "landlock": worker.landlock,
         "limits": {
             "memory_mb": limits.memory_mb,
             "file_mb": limits.file_mb,
@@ -144,7 +146,7 @@ def job_settings(assignment: Assignment, folder: Path, device: torch.device, wor
         "hide": [str(assignment.root), *worker.hide],
         "repo": str(assignment.root),
         "adapters": assignment.adapters_module,
-        "case_modules": case_modules(assignment),
+        "case_modules": case_modules(assignment, hidden=False),
         "student_packages": sorted({Path(p).parts[0].removesuffix(".py") for p in assignment.student_code}),
         "device": str(device),
         "rule": {
@@ -177,7 +179,6 @@ def run_submission(assignment: Assignment, submission: Path, cases: list[Case], 
         found = static_breaches(assignment, folder / "code", notes, released, worker.scanner)
         to_run = [c for c in cases if not found.get(c.problem)]
         hidden = [c for c in to_run if c.hidden]
-        write_inputs(assignment, [c for c in to_run if not c.hidden], folder)
         worker.hand_over(folder)
         warm = named_libraries(student_files(assignment, folder / "code"))
     except BaseException:
@@ -187,6 +188,7 @@ def run_submission(assignment: Assignment, submission: Path, cases: list[Case], 
         "problems": {c.id: c.problem for c in to_run},
         "warm": warm,
     }
+    by_id = {c.id: c for c in to_run}
     try:
         runs, log = run_cases(
             worker,
@@ -194,11 +196,24 @@ def run_submission(assignment: Assignment, submission: Path, cases: list[Case], 
             [c.id for c in to_run],
             {c.id: c.problem for c in to_run},
             hidden={c.id for c in hidden},
-            hand_over_hidden=lambda: write_inputs(assignment, hidden, folder),
+            hand_over_hidden=lambda: stage_hidden(assignment, submission, worker),
+            write_inputs=lambda ids, into: write_inputs(assignment, [by_id[i] for i in ids], into),
         )
     except StaffError as err:
         raise GradingError(str(err)) from None
     return runs, found, log, notes
+
+
+def stage_hidden(assignment: Assignment, submission: Path, worker: Worker) -> dict:
+    """The hidden phase's own job folder, made once no process of the public phase is left: the submission's
+    code staged again (nothing the public phase ran can have left anything there), the hidden cases' code laid
+    over it (the public phase's code has none). Returns the job settings the hidden phase changes."""
+    folder = worker.new_job_dir()
+    overlay = overlay_for(assignment, worker)
+    stage(assignment, submission, folder / "code", overlay)
+    overlay.lay_over(folder / "code", hidden=True)
+    worker.hand_over(folder)
+    return {"dir": str(folder), "case_modules": case_modules(assignment, hidden=True)}
 
 
 def static_breaches(
@@ -225,10 +240,13 @@ def ungraded(assignment: Assignment, cases: list[Case], refused: Ungradable, sta
 
 
 def write_inputs(assignment: Assignment, cases: list[Case], folder: Path) -> None:
-    """The cases' inputs into the job's folder, readable by the job's uid (which may not write there)."""
+    """The cases' inputs into the job's folder, readable by the job's uid (which may not write there); each file
+    made new, never through a link a job left (O_EXCL)."""
     for case in cases:
         path = folder / "inputs" / f"{case.id}.safetensors"
-        path.write_bytes(assignment.store_for(case).inputs_file(case.id))
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+        with os.fdopen(fd, "wb") as f:
+            f.write(assignment.store_for(case).inputs_file(case.id))
         path.chmod(0o644)
 
 

@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cs_basics.harness.cgroup import oom_kills
-from cs_basics.harness.grading.attempts import ChildLog
+from cs_basics.harness.grading.attempts import ChildLog, child_module
 from cs_basics.harness.grading.limits import Limits, killed_for_memory, out_of_memory
+from cs_basics.harness.grading.litter import remove_tree
 from cs_basics.harness.grading.stopping import STOP, StaffError, stop_reason
 from cs_basics.harness.portable import open_unfollowed
 from cs_basics.harness.rule.evidence import Received
@@ -46,6 +47,9 @@ def run_once(worker: Worker, job: dict, cases: list[str], state: RunState) -> tu
     and whether a fresh child should take them (not after an import failure, the total limit or a stop)."""
     limits = worker.limits
     kills = oom_kills()
+    groups = [group for _, group in child_module().cases_by_rule(job | {"cases": cases})]  # the child's order
+    if worker.spawns:  # a fresh Python per group has no way to wait for its inputs: they are written first
+        state.hand_inputs(cases, Path(job["dir"]))
     attempt = worker.attempt(job | {"cases": cases}, state.log_for(cases[0]))
     current, started = None, time.monotonic()
     deadline = min(started + limits.import_seconds, state.stop_at)
@@ -70,6 +74,9 @@ def run_once(worker: Worker, job: dict, cases: list[str], state: RunState) -> tu
                 state.evidence(event, cases)
             elif kind == "ready":
                 deadline = state.stop_at
+                if not worker.spawns:  # the submission is imported: only now its group's inputs exist
+                    state.hand_inputs(groups.pop(0) if groups else [], Path(job["dir"]))
+                    attempt.go()
             elif kind in ("start", "finished") and current is not None:  # its report was lost (a line too long)
                 state.fail([current], UNREPORTED)
                 remaining.remove(current)
@@ -121,6 +128,13 @@ class RunState:
     printed: dict[str, ChildLog] = field(default_factory=dict)  # hidden case -> what was printed while it ran
     halted: str | None = None  # why no fresh child may take the cases left (an import failure, a limit, a stop)
     received: Received = field(default_factory=Received)  # the rule's evidence, as the children sent it
+    write_inputs: Callable[[list[str], Path], None] = lambda cases, folder: None  # cases' inputs into a job folder
+
+    def hand_inputs(self, cases: list[str], folder: Path) -> None:
+        """The inputs of `cases`, and no other (those of a group before are gone), in `folder`/inputs."""
+        for old in (folder / "inputs").iterdir():
+            remove_tree(old) if old.is_dir() and not old.is_symlink() else old.unlink()
+        self.write_inputs(cases, folder)
 
     def log_for(self, case: str) -> ChildLog:
         """Where what the children print while `case` runs goes: the submission's output until the hidden
@@ -218,25 +232,34 @@ def run_cases(
     cases: list[str],
     problems: dict[str, str],
     hidden: Collection[str] = (),
-    hand_over_hidden: Callable[[], None] = lambda: None,
+    hand_over_hidden: Callable[[], dict] = dict,
+    write_inputs: Callable[[list[str], Path], None] = lambda cases, folder: None,
 ) -> tuple[dict[str, CaseRun], str]:
-    """Run every public case, then (`hand_over_hidden` writing their inputs only then) every hidden case,
-    in children; read their outputs only once every child is gone. Returns the runs and what the
-    children printed before the first hidden input existed."""
+    """Run every public case, then every hidden case, in children; read their outputs only once every child is
+    gone. A child gets its cases' inputs (`write_inputs` into a job folder) only once it has imported the
+    submission. The hidden phase starts only once no process of the public phase is left, in the folder
+    `hand_over_hidden` makes then (what it returns replaces the job's settings: its folder, its case modules).
+    Returns the runs and what the children printed before the first hidden input existed."""
     limits = worker.limits
     state = RunState(problems, limits, time.monotonic() + limits.total_seconds, ChildLog(limits.output_kb * 1024))
+    state.write_inputs = write_inputs
+    folders = [Path(job["dir"])]
     try:
         run_phase(worker, job, [c for c in cases if c not in hidden], state)
         later = [c for c in cases if c in hidden]
         if later:
             state.hidden = True
+            left = worker.processes_left()
             if state.halted is not None:  # an import failure or a limit: the same for the hidden cases
                 state.fail(later, state.halted)
+            elif left:  # fail closed: a process of the public phase could read what the hidden phase is given
+                state.fail(later, f"not run: {left}, so no hidden case may run (no hidden input was written)")
             else:
-                hand_over_hidden()
-                run_phase(worker, job, later, state)
+                hidden_job = job | hand_over_hidden()
+                folders.append(Path(hidden_job["dir"]))
+                run_phase(worker, hidden_job, later, state)
     finally:
-        worker.clean_up(Path(job["dir"]))
+        worker.clean_up(*folders)
     for case, log in state.printed.items():
         state.runs[case].printed = log.text()
     return state.runs, state.log.text()

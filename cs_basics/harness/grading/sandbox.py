@@ -11,9 +11,11 @@ problem's cases once its function has failed to return twice, and ends every pro
 (by uid, which nothing can outrun, and by namespace) before it reads any result. A case that
 hangs or kills the interpreter fails alone: a fresh child takes the remaining cases.
 
-Hidden cases run only after every public case, in children of their own: their inputs are written
-into the job's folder once no process that ran a public case is left and the public cases' outputs
-are read, so nothing the code printed or wrote before that can hold a hidden input. What the
+Each child gets its cases' inputs only once it says it has imported the submission. Hidden cases run
+only after every public case, in children of their own, once /proc shows no process of the public phase
+left (else they fail, saying why) and the public cases' outputs are read, in a job folder of their own
+made only then (with the hidden cases' code, which the public phase's never holds), so nothing the code
+printed or wrote before that can hold a hidden input. What the
 children print from then on is kept per hidden case, never in the output students see at once.
 
 The parts, a module each: `stopping` (stop signals, StaffError), `leases` (the jobs' uids, killing by uid),

@@ -49,6 +49,7 @@ class Server:
         )
         theirs.close()
         self.namespaces: bool | None = None  # whether each job gets namespaces of its own, once the server is ready
+        self.landlock = 0  # the Landlock ABI the kernel offers the server's children (0: none), once it is ready
 
     def ready(self) -> Server:
         """The server, once it said it is ready (it imports torch meanwhile: the grader need not wait for it)."""
@@ -60,6 +61,7 @@ class Server:
                     f"the grading server did not start in {self.limits.import_seconds:.0f} s ({self.sandbox})"
                 )
             self.namespaces = bool(ready.get("namespaces"))
+            self.landlock = int(ready.get("landlock") or 0)
         return self
 
     def bubblewrap(self, command: list[str]) -> list[str]:

@@ -110,18 +110,26 @@ class Overlay:
     folders: list[Path]  # relative to `folder`, parents first
     files: list[Path]
     link: bool = False
+    hidden: Path | None = None  # the hidden cases' package (relative), laid over only for the hidden phase
 
     @classmethod
     def make(cls, assignment: Assignment, folder: Path, link: bool = False) -> Overlay:
         copy_overlaid(assignment, folder)
         folders = sorted((p.relative_to(folder) for p in folder.rglob("*") if p.is_dir()), key=lambda p: len(p.parts))
         files = [p.relative_to(folder) for p in folder.rglob("*") if p.is_file()]
-        return cls(folder, folders, files, link)
+        hidden = Path(assignment.hidden_dir.name) if assignment.hidden_dir is not None else None
+        return cls(folder, folders, files, link, hidden)
 
-    def lay_over(self, code: Path) -> None:
-        for rel in self.folders:
+    def lay_over(self, code: Path, hidden: bool = False) -> None:
+        """The overlay's files over `code`: the hidden cases' package only where `hidden` (the hidden phase's
+        code), and then only it."""
+
+        def wanted(rel: Path) -> bool:
+            return hidden == (self.hidden is not None and rel.is_relative_to(self.hidden))
+
+        for rel in filter(wanted, self.folders):
             (code / rel).mkdir(parents=True, exist_ok=True)
-        for rel in self.files:
+        for rel in filter(wanted, self.files):
             target = code / rel
             target.unlink(missing_ok=True)  # a student's file at the same path (an adapters module): ours runs
             if self.link:
@@ -133,8 +141,9 @@ class Overlay:
             shutil.copyfile(self.folder / rel, target)
 
 
-def case_modules(assignment: Assignment) -> list[str]:
+def case_modules(assignment: Assignment, hidden: bool = True) -> list[str]:
+    """The course's modules of cases; the hidden cases' among them unless `hidden` is False (the public phase)."""
     modules = [assignment.table.get("cases", "tests.cases")]
-    if assignment.hidden_dir is not None:
+    if assignment.hidden_dir is not None and hidden:
         modules.append(f"{assignment.hidden_dir.name}.cases")
     return modules

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from cs_basics.harness.grading.attempts import Attempt, ChildLog, SpawnedAttempt
 from cs_basics.harness.grading.bubblewrap import choose_sandbox
-from cs_basics.harness.grading.leases import kill_uid, lease_uid
+from cs_basics.harness.grading.leases import kill_uid, lease_uid, processes_of
 from cs_basics.harness.grading.limits import Limits
 from cs_basics.harness.grading.litter import Hoard, remove_litter, remove_tree
 from cs_basics.harness.grading.server import Server, install_tool
@@ -55,6 +55,7 @@ class Worker:
         self.hide: list[str] = []  # folders no job may see besides the course's (a batch's folder of submissions)
         self.overlays: dict[Path, Overlay] = {}  # course root -> the files laid over each job's code (grade.stage)
         self.none_left = False  # no process of the uid is left, and no job started since (known by kill_uid)
+        self.swept_left = 0  # without a uid: the processes the server's last sweep could not end
 
     def __enter__(self) -> Worker:
         return self
@@ -67,6 +68,11 @@ class Worker:
         """Whether each job gets namespaces of its own (no network, private temporary folders)."""
         return self.namespaces and not self.spawns and self.ensure_server().namespaces
 
+    @property
+    def landlock(self) -> int:
+        """The Landlock ABI that confines the files of each job without namespaces of its own (0: none)."""
+        return 0 if self.spawns or self.isolated else self.ensure_server().landlock
+
     def describe(self) -> str:
         where = "a bubblewrap sandbox" if self.sandbox == "bubblewrap" else "the fallback sandbox (no bubblewrap)"
         if self.spawns:
@@ -75,6 +81,10 @@ class Worker:
         if self.spawns:
             who = "the grader's own user"
         alone = "its own namespaces (no network, private /tmp)" if self.isolated else "no namespaces of its own"
+        if self.landlock:
+            alone += f"; Landlock (ABI {self.landlock}) confines its files to the Python environment and its folder"
+        elif not self.isolated and not self.spawns:
+            alone += "; no Landlock here: its files are confined only by its uid's permissions"
         return f"graded in {where}, as {who}, with {alone}"
 
     def skipped(self) -> list[str]:
@@ -147,6 +157,7 @@ class Worker:
                 while wait and time.monotonic() < deadline:
                     message = self.server.receive(deadline - time.monotonic())
                     if message is None or message.get("gone") or message.get("swept") == sweep:
+                        self.swept_left = int((message or {}).get("left", 0) or 0)
                         break
 
     def end_job(self, job_id: int) -> None:
@@ -160,13 +171,24 @@ class Worker:
         """Where the jobs have no namespaces, so no bounded temporary folders of their own: a watch on their uid."""
         return Hoard(self.uid, self.limits.tmp_mb) if self.uid is not None and not self.isolated else None
 
-    def clean_up(self, folder: Path) -> None:
+    def processes_left(self) -> str:
+        """After a phase's end: "" where no process of the worker's jobs is left (seen in /proc by its uid as root,
+        else counted by the server among its descendants), else a sentence naming one."""
+        if self.uid is not None:
+            left = processes_of(self.uid)
+            return f"a process of your code (pid {left[0]}, uid {self.uid}) could not be ended" if left else ""
+        if self.swept_left:
+            return f"{self.swept_left} process(es) of your code could not be ended"
+        return ""
+
+    def clean_up(self, *folders: Path) -> None:
         """After a submission: nothing of it left running or lying around."""
         if not self.none_left:  # else none is left since its last phase, and no job started since
             self.end_processes()
         if self.uid is not None and not self.isolated:  # with namespaces its temporary folders went with it
             remove_litter(self.uid)
-        remove_tree(folder)
+        for folder in folders:
+            remove_tree(folder)
 
     def close(self) -> None:
         if self.scanner is not None:

@@ -3,8 +3,8 @@
 Run by path (`python -I zygote.py FD`), inside the sandbox the grader starts (bubblewrap where it
 runs), never imported, and it never imports student code: only the children it forks do. It talks
 to the grader over a SOCK_SEQPACKET socket, one JSON message each way:
-- grader -> server: {"op": "run", "job": {...}} with two file descriptors (the job's progress pipe
-  and its output pipe), or {"op": "kill", "id": N};
+- grader -> server: {"op": "run", "job": {...}} with three file descriptors (the job's progress pipe,
+  its output pipe, and the pipe on which the grader says its inputs are written), or {"op": "kill", "id": N};
 - server -> grader: {"ready": ...}, {"started": N}, {"ended": N, "how": "exited with status 0"}.
 
 Each job's child (`run_child`) cuts itself off before any student code runs:
@@ -13,7 +13,9 @@ Each job's child (`run_child`) cuts itself off before any student code runs:
   hidden, folders on the way to the Python environment that its uid could not enter replaced by
   ones it can, only loopback, and the student's process inside the new PID namespace, whose first
   process (a `cat` the child holds, not a copy of this server: see start_keeper) the child ends
-  with the job, and with it all of the namespace; where the kernel refuses namespaces, none of these;
+  with the job, and with it all of the namespace; where the kernel refuses namespaces, none of these,
+  but Landlock where the kernel offers it: its files confined to the system's folders, the Python
+  environment and its own job folder (`landlock_rules`);
 - resource limits, then its own uid (as root), then the parent-death signal again (a uid change
   clears it), then it runs the cases (child.py).
 """
@@ -201,6 +203,81 @@ def become(uid: int | None) -> None:
     libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
 
 
+# ---------------------------------------------------------------- Landlock: the job's files, without namespaces
+
+# Landlock (Linux 5.13+) lets a process confine itself, and all it starts, to the file hierarchies it names:
+# no namespace, no privilege (docs.kernel.org, userspace-api/landlock). The same system call numbers on x86_64
+# and aarch64 (asm-generic's); each access right comes with the ABI that brought it.
+LANDLOCK_CALLS = {"x86_64": (444, 445, 446), "aarch64": (444, 445, 446)}  # create_ruleset, add_rule, restrict_self
+LANDLOCK_CREATE_RULESET_VERSION, LANDLOCK_RULE_PATH_BENEATH = 1, 1
+FS_EXECUTE, FS_WRITE_FILE, FS_READ_FILE, FS_READ_DIR = 1, 2, 4, 8
+FS_ABI_1 = (1 << 13) - 1  # execute, write, read, read_dir, remove and make of each kind
+FS_REFER, FS_TRUNCATE, FS_IOCTL_DEV = 1 << 13, 1 << 14, 1 << 15  # ABI 2, 3, 5
+READ = FS_EXECUTE | FS_READ_FILE | FS_READ_DIR
+# the system's programs and libraries, its settings, and what a process reads of itself and the devices
+SYSTEM_FOLDERS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/proc", "/sys", "/nix/store")
+
+
+class RulesetAttr(ctypes.Structure):
+    _fields_ = [("handled_access_fs", ctypes.c_uint64)]
+
+
+class PathBeneathAttr(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+
+def landlock_abi() -> int:
+    """The Landlock ABI this kernel offers; 0 where it offers none (or a seccomp profile refuses it)."""
+    calls = LANDLOCK_CALLS.get(os.uname().machine)
+    if calls is None:
+        return 0
+    return max(libc.syscall(calls[0], None, ctypes.c_size_t(0), LANDLOCK_CREATE_RULESET_VERSION), 0)
+
+
+def landlock_rules(job: dict, import_paths: list[str]) -> list[tuple[str, int]]:
+    """(folder, what the job may do beneath it): the system's folders, the Python environment and its import
+    paths, read; /dev read and written (/dev/null, a GPU's devices and their ioctls); the job's own folder read,
+    its out/ and work/ written. Nothing else: not the course's repository (an import path that is, or holds,
+    a folder the job must not see is left out), not another job's folder, not the shared temporary folders
+    (the job's temporary files go to its working folder)."""
+    hidden = [Path(h) for h in job.get("hide", [])]
+    readable = [*SYSTEM_FOLDERS, *job["python"], *import_paths]
+    readable = [p for p in readable if not any(h.is_relative_to(p) for h in hidden)]
+    folder, written = job["dir"], FS_ABI_1 | FS_REFER | FS_TRUNCATE
+    rules = [(path, READ) for path in readable]
+    rules += [("/dev", READ | FS_WRITE_FILE | FS_TRUNCATE | FS_IOCTL_DEV), (folder, READ)]
+    return [*rules, (f"{folder}/out", written), (f"{folder}/work", written)]
+
+
+def landlock_ruleset(job: dict, import_paths: list[str], abi: int) -> int:
+    """A ruleset of `landlock_rules`, made while this process may still open every folder (before the uid
+    changes); applied by `confine`. Each right the ABI does not know is left out."""
+    known = FS_ABI_1 | (FS_REFER if abi >= 2 else 0) | (FS_TRUNCATE if abi >= 3 else 0)
+    known |= FS_IOCTL_DEV if abi >= 5 else 0
+    create, add, _ = LANDLOCK_CALLS[os.uname().machine]
+    attr = RulesetAttr(known)
+    ruleset = libc.syscall(create, ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)), 0)
+    _check(0 if ruleset >= 0 else -1, "landlock_create_ruleset")
+    for path, access in landlock_rules(job, import_paths):
+        try:
+            fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+        except OSError:  # a folder this machine lacks (/lib32)
+            continue
+        try:
+            rule = PathBeneathAttr(access & known if os.path.isdir(path) else access & known & READ, fd)
+            _check(libc.syscall(add, ruleset, LANDLOCK_RULE_PATH_BENEATH, ctypes.byref(rule), 0), f"landlock {path}")
+        finally:
+            os.close(fd)
+    return ruleset
+
+
+def confine(ruleset: int) -> None:
+    """This process and what it starts, confined to the ruleset's folders for good (no_new_privs is set)."""
+    _check(libc.syscall(LANDLOCK_CALLS[os.uname().machine][2], ruleset, 0), "landlock_restrict_self")
+    os.close(ruleset)
+
+
 def relay(pid: int, keeper: int | None = None) -> None:
     """Wait for `pid`, reaping any orphan meanwhile (the namespace's first process does), and end
     as it ended: its exit status, or 128 + the signal that killed it. With the namespace's `keeper`,
@@ -236,9 +313,11 @@ def start_keeper(progress: int) -> tuple[int, int] | None:
     return pid, write
 
 
-def run_child(job: dict, progress: int, output: int) -> None:
-    """In the forked child: isolate, then run the job's cases. Never returns."""
+def run_child(job: dict, progress: int, output: int, go: int) -> None:
+    """In the forked child: isolate, then run the job's cases (whose inputs the grader writes once the child
+    says, on `progress`, that it has imported the submission, and then tells it so on `go`). Never returns."""
     try:
+        os.set_inheritable(go, False)  # no program the code starts holds it
         signal.set_wakeup_fd(-1)  # the server's, not the job's
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         for fd in WAKE:
@@ -267,8 +346,15 @@ def run_child(job: dict, progress: int, output: int) -> None:
             mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV)
         limit(job)
         import_paths = [p for p in sys.path if p and os.path.isdir(p)]  # seen before the uid changes
+        abi = 0 if isolated else job.get("landlock", 0)  # the files of a job without namespaces, confined
+        ruleset = landlock_ruleset(job, import_paths, abi) if abi else None
         become(job.get("uid"))
-        CHILD[0].run_job(job, progress, isolated, import_paths)
+        if ruleset is not None:
+            confine(ruleset)
+            os.environ["TMPDIR"] = f"{job['dir']}/work"  # the shared temporary folders are out of its reach
+            if "tempfile" in sys.modules:
+                sys.modules["tempfile"].tempdir = None  # found again, from $TMPDIR
+        CHILD[0].run_job(job, progress, isolated, import_paths, go)
     except BaseException as err:  # before any student code: the staff must hear of it
         with contextlib.suppress(OSError):
             message = {"event": "staff_error", "message": f"{type(err).__name__}: {err}"}
@@ -354,7 +440,9 @@ class Server:
         self.sock.send(json.dumps(message).encode())
 
     def serve(self) -> None:
-        self.send(ready=True, pid=os.getpid(), uid=os.getuid(), namespaces=namespaces_allowed())
+        self.send(
+            ready=True, pid=os.getpid(), uid=os.getuid(), namespaces=namespaces_allowed(), landlock=landlock_abi()
+        )
         # a child's end wakes the server at once (SIGCHLD writes to this pipe): the grader hears "ended" then,
         # not at the next poll; the poll stays, for an orphan whose signal came while the server was busy
         signal.signal(signal.SIGCHLD, lambda *_: None)
@@ -386,7 +474,7 @@ class Server:
             self.send(started=job["id"])
         elif message.get("op") == "sweep":
             self.sweep()
-            self.send(swept=message.get("id"))
+            self.send(swept=message.get("id"), left=len(children_of(str(os.getpid()))))
         elif message.get("op") == "kill":
             for pid, job in self.jobs.items():
                 if job == message.get("id"):

@@ -1,0 +1,218 @@
+"""The fallback where the kernel refuses namespaces, graded end to end as in PrairieLearn's and Kubernetes'
+containers (root with the default capabilities: no CAP_SYS_ADMIN, so no namespace for a job; debian:bookworm-slim
+has no `kill` program): each test grades in a worker made with `namespaces=False`, under the job's own uid.
+
+This machine's Python lives under /root (mode 700), which a job's uid cannot enter without namespaces: each
+grading here runs in a private mount namespace of its own (`unshare --mount`) where /root is an empty folder
+anyone may enter with the Python bound back, and, where a test asks, `kill` and `setpriv` are gone (/dev/null
+bound over them). Nothing of this reaches the rest of the machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from .submissions import ROOT, submission
+
+ATTENTION, SOFTMAX = "scaled_dot_product_attention", "softmax"
+FULL = {SOFTMAX: 1.0, ATTENTION: 5.0}
+needs_root = pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("unshare") is None, reason="a job's own uid and a private mount need root"
+)
+pytestmark = needs_root
+
+GRADE = """
+import json, subprocess, sys
+from pathlib import Path
+
+import torch
+
+from cs_basics.harness.config import Assignment
+from cs_basics.harness.grading import worker as worker_module
+from cs_basics.harness.grading.grade import grade
+from cs_basics.harness.grading.leases import processes_of
+from cs_basics.harness.grading.limits import Limits
+
+root, survivor, *folders = sys.argv[1:]
+if survivor == "survivor":  # a kill that leaves one process of the public phase alive (once)
+    real, calls = worker_module.kill_uid, []
+
+    def leaves_one(uid):
+        done = real(uid)
+        if not calls:
+            subprocess.Popen(["sleep", "20"], user=uid, group=uid, extra_groups=[], start_new_session=True)
+        calls.append(uid)
+        return done
+
+    worker_module.kill_uid = leaves_one
+assignment = Assignment.find(Path(root))
+found = {}
+limits = Limits(case_seconds=10, released=("softmax", "scaled_dot_product_attention"))
+with worker_module.Worker("fallback", limits, namespaces=False) as worker:
+    for folder in folders:
+        result = grade(assignment, Path(folder), torch.device("cpu"), worker=worker)
+        scores = {}
+        for t in result.tests:
+            scores[t.case.problem] = scores.get(t.case.problem, 0.0) + t.score
+        found[folder] = {
+            "scores": scores,
+            "outputs": {t.case.id: t.output for t in result.tests},
+            "hidden": [t.case.id for t in result.tests if t.case.hidden],
+            "left": processes_of(worker.uid),
+            "notes": result.notes,
+            "uid": worker.uid,
+        }
+print("RESULTS", json.dumps(found))
+"""
+
+
+def blocked_folder() -> Path | None:
+    """The highest folder on the way to this Python that other users may not enter (/root here), if any."""
+    return next((p for p in reversed(Path(sys.base_prefix).parents) if not p.stat().st_mode & 0o001), None)
+
+
+def grade_without_namespaces(*folders: Path, hide_programs: tuple[str, ...] = (), survivor: bool = False) -> dict:
+    """Grade `folders` with one fallback worker without namespaces, in a private mount namespace (see above)."""
+    script = ["set -e"]
+    blocked = blocked_folder()
+    if blocked is not None:
+        prefix = Path(os.path.realpath(sys.base_prefix))
+        script += [
+            "keep=$(mktemp -d)",
+            f'mount --bind {shlex.quote(str(prefix))} "$keep"',
+            f"mount -t tmpfs -o mode=755 tmpfs {shlex.quote(str(blocked))}",
+            f"mkdir -p {shlex.quote(str(prefix))}",
+            f'mount --bind "$keep" {shlex.quote(str(prefix))}',
+            'umount "$keep"; rmdir "$keep"',
+        ]
+    for name in hide_programs:
+        for path in {os.path.realpath(p) for p in (shutil.which(name), f"/bin/{name}", f"/usr/bin/{name}") if p}:
+            if os.path.exists(path):
+                script.append(f"mount --bind /dev/null {shlex.quote(path)}")
+    args = [str(ROOT), "survivor" if survivor else "-", *map(str, folders)]
+    script.append(f"exec {shlex.quote(sys.executable)} -c {shlex.quote(GRADE)} {shlex.join(args)}")
+    command = ["unshare", "--mount", "--propagation", "private", "sh", "-c", "\n".join(script)]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    line = next((line for line in done.stdout.splitlines() if line.startswith("RESULTS ")), None)
+    assert line is not None, done.stdout[-3000:] + done.stderr[-5000:]
+    return json.loads(line.removeprefix("RESULTS "))
+
+
+DAEMON = """
+import os as _os, time as _time
+if _os.fork() == 0:  # a daemon in a session of its own, whose parent exits: only its uid finds it
+    _os.setsid()
+    if _os.fork() == 0:
+        _null = _os.open(_os.devnull, _os.O_RDWR)
+        for _fd in (0, 1, 2):
+            _os.dup2(_null, _fd)
+        _time.sleep(120)
+    _os._exit(0)
+"""
+
+
+def test_without_a_kill_program_the_jobs_processes_are_killed_all_the_same(tmp_path):
+    """debian:bookworm-slim has no `kill`: a daemon the submission leaves is killed without it (and without
+    setpriv), by a process that takes the job's uid and calls kill(2) itself."""
+    found = grade_without_namespaces(submission(tmp_path, DAEMON), hide_programs=("kill", "setpriv"))
+    (graded,) = found.values()
+    assert graded["scores"] == pytest.approx(FULL), list(graded["outputs"].values())[:2]
+    assert graded["left"] == [], f"processes of uid {graded['uid']} left after grading: {graded['left']}"
+
+
+def test_the_hidden_phase_never_starts_while_a_process_of_the_public_phase_lives(tmp_path):
+    """A process of the job that outlives the public phase (here one the kill leaves, as a kill that failed
+    would): no hidden case runs, each says why, and the public cases keep their verdicts."""
+    found = grade_without_namespaces(submission(tmp_path), survivor=True)
+    (graded,) = found.values()
+    hidden = {case: graded["outputs"][case] for case in graded["hidden"]}
+    assert hidden and all("could not be ended, so no hidden case may run" in out for out in hidden.values()), hidden
+    public = [out for case, out in graded["outputs"].items() if case not in hidden]
+    assert public and all(out == "passed" for out in public), public[:2]
+
+
+def softmax_fails_if(found: str) -> str:
+    """Code that makes the submission's softmax raise, naming `found`, where the variable `found` is not empty."""
+    return f"""
+_reference_softmax = softmax
+
+
+def softmax(in_features, dim):
+    if {found}:
+        raise RuntimeError(f"found {{{found}}}")
+    return _reference_softmax(in_features, dim)
+"""
+
+
+SPY = """
+_found = []
+for _path in {paths!r}:
+    try:
+        with open(_path, "rb") as _f:
+            _found.append((_path, _f.read(64)))
+    except OSError:
+        pass
+"""
+
+
+@pytest.fixture
+def secrets():
+    """A root-only file (mode 600 in a folder anyone may enter) and another job's folder, in the shared /tmp."""
+    top = Path(tempfile.mkdtemp(prefix="cs-basics-secrets-"))
+    top.chmod(0o755)
+    root_only = top / "root-only"
+    root_only.write_text("root's")
+    root_only.chmod(0o600)
+    other_job = Path(tempfile.mkdtemp(prefix="cs-basics-grade-")) / "jobs" / "1" / "code"
+    other_job.mkdir(parents=True)
+    for folder in (other_job, *other_job.parents[:3]):
+        folder.chmod(0o755)
+    (other_job / "solution.py").write_text("another student's code")
+    (other_job / "solution.py").chmod(0o644)
+    yield [root_only, other_job / "solution.py"]
+    shutil.rmtree(top)
+    shutil.rmtree(other_job.parents[2])
+
+
+def test_without_namespaces_the_job_reads_nothing_of_the_course_another_job_or_root(tmp_path, secrets):
+    """The course's reference solution (world-readable in the checkout), a root-only file and another job's
+    code: the job opens none of them. Landlock confines the job's files where the kernel offers it (the grade's
+    notes say which construction ran); torch and the harness still import and grade in full."""
+    reference = ROOT / "cs_basics" / "nn" / "functional.py"
+    spy = submission(tmp_path, SPY.format(paths=[str(reference), *map(str, secrets)]) + softmax_fails_if("_found"))
+    found = grade_without_namespaces(spy)
+    (graded,) = found.values()
+    assert graded["scores"] == pytest.approx(FULL), graded["outputs"][f"{SOFTMAX}-last_dim"]
+    assert any("Landlock (ABI" in note for note in graded["notes"]), graded["notes"]
+
+
+TEMPORARY = """
+import os as _os, tempfile as _tempfile, uuid as _uuid
+
+with _tempfile.NamedTemporaryFile() as _f:  # where a library keeps a temporary file: the job's working folder
+    _f.write(b"x")
+_wrote_shared = []
+for _folder in ("/tmp", "/var/tmp", "/dev/shm"):
+    try:
+        with open(_os.path.join(_folder, f"cs-basics-litter-{_uuid.uuid4().hex}"), "w") as _f:
+            _wrote_shared.append(_folder)
+    except OSError:
+        pass
+"""
+
+
+def test_without_namespaces_temporary_files_go_to_the_jobs_own_folder_not_the_shared_ones(tmp_path):
+    """Landlock keeps the job out of the shared /tmp, /var/tmp and /dev/shm (other graders' folders lie there, and
+    what a job leaves there could reach the next): tempfile still works, in the job's working folder ($TMPDIR)."""
+    found = grade_without_namespaces(submission(tmp_path, TEMPORARY + softmax_fails_if("_wrote_shared")))
+    (graded,) = found.values()
+    assert graded["scores"] == pytest.approx(FULL), graded["outputs"][f"{SOFTMAX}-last_dim"]
