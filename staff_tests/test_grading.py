@@ -136,7 +136,9 @@ def test_answers_looked_up_in_the_public_fixtures_miss_the_hidden_points(assignm
     """
     folder = submission(tmp_path, lookup)
     shutil.copytree(ROOT / "fixtures", folder / "cs_basics" / "nn" / "answers")
-    result = run(assignment, folder)
+    # released: safetensors' load_file at import is library code running operators, which the watched import
+    # holds for review; released, the look-up is graded as any code, and misses the hidden points
+    result = run(assignment, folder, released=tuple(assignment.problems))
     public = sum(t.max_score for t in result.tests if not t.case.hidden)
     assert 0 < result.score < public + 1e-9 < assignment_total(assignment)
     assert not any(t.passed for t in result.tests if t.case.hidden)

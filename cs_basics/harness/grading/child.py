@@ -227,14 +227,13 @@ def run_group(
     # the library functions that may run operators for the student's code; this file is the grader's
     library = record.LibraryCalls(frames, rule["glue"], harness=[Path(__file__).parent])
 
-    def watch(charged: list[str]) -> record.Watch:
+    def watch(charged: list[str], importing: bool = False) -> record.Watch:
         enabled = rule.get("record", True)
-        return record.Watch(
-            forbidden_ops, frames, enabled, library=library, channel=channel, charged=charged, refusal=refusal
-        )
+        evidence = {"channel": channel, "charged": charged, "refusal": refusal, "importing": importing}
+        return record.Watch(forbidden_ops, frames, enabled, library=library, **evidence)
 
     try:
-        with watch(case_ids):  # the import is watched too: what it runs is charged to every case of this process
+        with watch(case_ids, importing=True):  # the import is watched too, charged to every case of this process
             adapters = importlib.import_module(job["adapters"])
         check_origin(job["student_packages"], code)
         cases = {c.id: c for module in job["case_modules"] for c in importlib.import_module(module).CASES}

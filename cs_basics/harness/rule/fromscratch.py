@@ -249,7 +249,7 @@ class FromScratch:
         """The record of an import of the student's code in pytest, with every problem's forbidden operators
         replaced while it runs (the grader's child watches its import with its problems' own)."""
         patterns = sorted({op for problem in self.assignment.problems.values() for op in problem.forbidden_ops})
-        return Watch(patterns, self.frames, remove=True, library=self.library)
+        return Watch(patterns, self.frames, remove=True, library=self.library, importing=True)
 
     def runtime_breach(self, problem: str, case_id: str, record: Record, error: str | None = None) -> str | None:
         """As the grader: what the case ran, then what the imports ran that counts against the problem (its

@@ -229,6 +229,7 @@ class Watch:
         channel: Channel | None = None,
         charged: Iterable[str] = (),
         refusal: Refusal | None = None,
+        importing: bool = False,
     ):
         self.enabled = enabled
         self.remove = remove  # the forbidden operators replaced for the length of the call (pytest's case)
@@ -237,6 +238,7 @@ class Watch:
         self.channel = channel
         self.charged = tuple(charged)
         self.refusal = refusal  # the child's refusal of the forbidden operators, checked still there at the end
+        self.cases_run = not importing  # a case runs (processes refused), or the submission is imported
         self.patterns = tuple(forbidden)
         self.frames = frames
         self.record = Record()
@@ -567,8 +569,10 @@ class Refusal:
 
 
 def _process_refused(how: str) -> None:
-    """Starting a process while a case runs: recorded, and refused (graded code computes in its own process)."""
-    if _active is not None:
+    """Starting a process while a case runs: recorded, and refused (graded code computes in its own process).
+    Not while the submission is imported: a process forked then inherits the dispatcher's refusal, and the
+    child's seccomp filter refuses every process from the end of the import on."""
+    if _active is not None and _active.cases_run:
         _active.started_process(how)
         raise PermissionError(
             f"{how}: graded code must compute in its own process; starting a process while a case runs breaks "
@@ -577,7 +581,7 @@ def _process_refused(how: str) -> None:
 
 
 def _audit(event: str, args: tuple) -> None:
-    if event in PROCESS_EVENTS and _active is not None:
+    if event in PROCESS_EVENTS and _active is not None and _active.cases_run:
         _process_refused(f"your code {STARTED_PROCESS} ({event})")
 
 
