@@ -1,5 +1,6 @@
 """The scan never fails on valid Python (issue 36): programs generated from Python's grammar and from LibCST's
-node types (hypothesmith), and every real solution and student folder in this repository, each read whole.
+node types (hypothesmith), raw text inside f-strings' expressions, and every real solution and student folder
+in this repository, each read whole.
 
 A scan that raised on any of them would be "the grader's scan failed" for the staff, 0 on every problem; the scan
 must instead give a verdict. It does, even for its own bugs (a problem it cannot describe is held for a reading),
@@ -18,6 +19,7 @@ from pathlib import Path
 import hypothesmith
 import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from cs_basics.harness.rule.fromscratch import FromScratch
 from cs_basics.harness.rule.scan import Module, Program, constructs, references, scan
@@ -91,6 +93,20 @@ def test_programs_from_libcsts_nodes_are_read_whole(source):
 def test_generated_submissions_get_a_verdict_from_the_scan(assignment, source):
     if generated(source):
         assert_judged(scanned_as_a_submission(assignment, source))
+
+
+# text with the characters a source file may hold raw inside an f-string's expression part (control characters
+# among them), none that would end the string or the expression
+RAW_TEXT = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="'\"{}\\\n\r\x00"), max_size=4)
+
+
+@FUZZ
+@given(text=RAW_TEXT)
+def test_strings_in_an_f_strings_expression_are_read_whole(text):
+    """Where ast.unparse fails (a raw control character it must escape inside an expression part)."""
+    for source in (f"x = getattr(f\"{{'{text}'}}\", name)\n", f"def f(n):\n    setattr(f'{{\"{text}\"!r}}', n, 1)\n"):
+        if generated(source):
+            read_whole(source)
 
 
 def test_the_scans_own_worst_cases_are_read_whole(assignment):
