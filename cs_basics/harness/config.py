@@ -174,9 +174,30 @@ class Assignment:
         return [p for store, cases in self.stores() for p in store.problems(c.id for c in cases)]
 
     def _import(self, module: str) -> ModuleType:
+        """The assignment's own `module` (its cases, adapters): every assignment names them alike (`tests.cases`),
+        so where another assignment's module of that name is loaded in this process (a staff script or test that
+        reads two), this one's is imported beside it, and the other's left in place."""
         if str(self.root) not in sys.path:
             sys.path.insert(0, str(self.root))
-        return importlib.import_module(module)
+        found = importlib.import_module(module)
+        if self._holds(found):
+            return found
+        package = module.partition(".")[0]
+        others = {name: m for name, m in sys.modules.items() if name == package or name.startswith(f"{package}.")}
+        for name in others:
+            del sys.modules[name]
+        sys.path.insert(0, str(self.root))
+        try:
+            return importlib.import_module(module)
+        finally:
+            sys.path.remove(str(self.root))
+            for name in [n for n in sys.modules if n == package or n.startswith(f"{package}.")]:
+                del sys.modules[name]
+            sys.modules.update(others)
+
+    def _holds(self, module: ModuleType) -> bool:
+        where = getattr(module, "__file__", None)
+        return where is not None and Path(where).resolve().is_relative_to(self.root.resolve())
 
     @cached_property
     def cases(self) -> list[Case]:
