@@ -19,7 +19,7 @@ module hold whatever that process does to the record:
   backends and the autograd and composite keys), so `F.softmax` fails at the student's line
   whether or not anything records it. The grader's child installs it for good before the
   student's code is imported, on C++ library objects no Python object holds (`Refusal.intact` checks
-  it at each case's end); pytest for the length of each graded case.
+  it at the import's end and the last case's); pytest for the length of each graded case.
 - in the grader's child each piece of evidence also leaves the process as it is seen (a `Channel`,
   evidence.py): what the code does to the record afterwards takes nothing back.
 - starting a process while a case runs (`os.fork`, `subprocess`, `multiprocessing`, `os.system`,
