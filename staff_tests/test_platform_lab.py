@@ -23,7 +23,7 @@ import yaml
 from .lab import images, platforms
 from .lab.submissions import SUBMISSIONS, hidden_lines, solution_lines
 from .submissions import ROOT
-from .test_platforms import SECRET
+from .test_platforms import SECRET, reporter_reads
 
 PROBLEM = images.engine_problem()
 # a cold machine builds the images in the first test's set-up (debootstrap, apt, torch's wheels from uv's cache)
@@ -202,17 +202,21 @@ def problem_of(name: str) -> str:
 
 
 def test_the_containers_are_as_the_platforms_make_them(prairielearn_image, gradescope_image, tmp_path):
-    """Root without CAP_SYS_ADMIN, mount namespaces refused, no kill binary: what the grader must live with."""
+    """Root without CAP_SYS_ADMIN and mount namespaces refused, in both; no kill binary in PrairieLearn's
+    debian:bookworm-slim: what the grader must live with there."""
     script = (
         "grep CapEff /proc/self/status; unshare -m true 2>/dev/null; echo unshare $?; "
-        "for k in /bin/kill /usr/bin/kill; do [ -e $k ] && echo has $k; done; id -u"
+        "for k in /bin/kill /usr/bin/kill; do [ -e $k ] && echo has $k; done; echo uid $(id -u)"
     )
+    found = {}
     for image, limits in ((prairielearn_image, platforms.PRAIRIELEARN), (gradescope_image, platforms.GRADESCOPE)):
         job = platforms.inside(image, script, tmp_path / image.split("/")[-1].replace(":", "-"), limits)
         assert job.status == 0, job.log
         cap_eff = int(next(line for line in job.log.splitlines() if line.startswith("CapEff")).split()[1], 16)
         assert not cap_eff & (1 << 21), "CAP_SYS_ADMIN"
-        assert "unshare 0" not in job.log and "has /" not in job.log and job.log.strip().endswith("0")
+        assert "unshare 0" not in job.log and "uid 0" in job.log
+        found[image] = job.log
+    assert "has /" not in found[prairielearn_image]
 
 
 def test_the_reference_gets_full_marks(jobs):
@@ -261,6 +265,54 @@ def test_a_hungry_submission_loses_its_problem_and_the_rest_is_scored(jobs, requ
         if problem_of(t["name"]) != "softmax" and "hidden" not in t["name"] and not t.get("score", t.get("points"))
     ]
     assert failed and all("memory" in (t.get("output", "") + t.get("message", "")).lower() for t in failed)
+
+
+# ---------------------------------------------------------------- GitHub Actions: the grading step, not root
+
+
+@pytest.fixture(scope="module")
+def github_actions_job(prairielearn_image, tmp_path_factory) -> platforms.Job:
+    """The handout workflow's grading step as the runner's user (uid 1001), each submission pushed in turn,
+    in Debian's Python with uv (PrairieLearn's image: the runner's Ubuntu 24.04 cannot be fetched here)."""
+    tmp = tmp_path_factory.mktemp("lab-actions")
+    command = [sys.executable, "-m", "cs_basics.cli", "handout", "--no-check", str(tmp / "handout")]
+    subprocess.run(command, cwd=ROOT, check=True, capture_output=True, timeout=300)
+    flow = yaml.safe_load((tmp / "handout/.github/workflows/classroom.yml").read_text())
+    step = next(s for s in flow["jobs"]["run-autograding-tests"]["steps"] if s.get("id") == "grade")
+    cache = platforms.runner_uv_cache(images.host_uv_cache(), images.CACHE)
+    done = platforms.github_actions(prairielearn_image, tmp / "handout", step, SUBMISSIONS, cache, tmp / "job")
+    record("github-actions", {"all four, one runner": done})
+    return done
+
+
+def classroom_points(job: platforms.Job, name: str) -> dict[str, float]:
+    """Each runner's points as the reporter reads them from the step's outputs (the public cases only)."""
+    status = job.files[f"{name}.status"].decode().strip()
+    log = job.files[f"{name}.log"].decode("utf-8", "replace")
+    assert status == "0", f"{name}: the grading step exited {status}\n{log[-3000:]}"
+    found = reporter_reads(job.files[f"{name}.outputs"].decode("utf-8"))
+    for data in found.values():
+        strict_strings(data)
+    return {problem: round(sum(t["score"] for t in data["tests"]), 4) for problem, data in found.items()}
+
+
+def test_github_actions_grades_as_the_runners_user(github_actions_job):
+    assert classroom_points(github_actions_job, "reference") == FULL
+
+
+@pytest.mark.xfail(strict=True, reason=TEXT_HELPER)
+def test_github_actions_takes_forged_text_and_lone_surrogates(github_actions_job):
+    found = classroom_points(github_actions_job, "forged")
+    assert found["scaled_dot_product_attention"] < 5
+
+
+def test_github_actions_spy_reads_no_root_only_file_or_grader_secret(github_actions_job):
+    """On the student's own runner nothing is hidden (the checkout is theirs): what must stay out of reach is
+    root's and the runner's own secrets."""
+    job = github_actions_job
+    seen = job.text() + "\n".join(d.decode("utf-8", "replace") for d in job.drop.values())
+    assert job.secrets["root-only"] not in seen
+    assert classroom_points(job, "spy") == FULL
 
 
 # ---------------------------------------------------------------- Kubernetes: the image the recipe names

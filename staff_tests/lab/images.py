@@ -271,13 +271,15 @@ def image_from(
     return tag
 
 
-def prune(tag: str, keep: int = 2) -> None:
-    """Remove all but the newest `keep` images of the tag's name (each platform image is some GB)."""
+def prune(tag: str, keep: int = 1) -> None:
+    """Remove all but the newest `keep` images of the tag's name (each platform image is some GB), and the
+    layers no image uses any more."""
     name = tag.rsplit(":", 1)[0]
     found = podman("images", "--sort", "created", "--format", "{{.Repository}}:{{.Tag}}", name, check=False)
     tags = [t for t in found.stdout.split() if t.startswith(name + ":")]
     for old in tags[keep:]:  # newest first
         podman("rmi", old, check=False)
+    podman("image", "prune", "-f", check=False)
 
 
 def inputs_of(*found: str | None) -> str:

@@ -28,7 +28,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .images import PODMAN, ULIMITS
+from .images import PODMAN, SYSTEM_CERTS, ULIMITS, digest, host_cas
 from .submissions import ENV_SECRET, LAB_DROP, ROOT_ONLY
 
 PEAK = "/lab-meter/peak"
@@ -236,6 +236,16 @@ def github_actions(image: str, handout: Path, step: dict, sources: dict[str, str
         'GITHUB_OUTPUT=/home/runner/out/$name.outputs env -u UV_PROJECT_ENVIRONMENT -u UV_LINK_MODE bash -e -c "$STEP" '
         "> /home/runner/out/$name.log 2>&1; echo $? > /home/runner/out/$name.status; done"
     )
+    # the checkout's .venv kept between runs of the lab (a runner whose workflow caches .venv): a cold lab
+    # copies torch's wheels into it once, a warm one syncs only the handout's own project
+    venv = cache.parent / f"runner-venv-{digest((handout / 'uv.lock').read_bytes())}"
+    if not venv.exists():
+        venv.mkdir()
+        os.chown(venv, *(int(n) for n in RUNNER.split(":")))
+    mounts = {home: "/home/runner", cache: "/home/runner/.cache/uv", venv: "/home/runner/work/handout/.venv"}
+    if host_cas():  # the runner reaches PyPI (the project's build backend) through this machine's authority
+        mounts[Path("/etc/ssl/certs/ca-certificates.crt")] = "/etc/ssl/lab-host-cas.crt:ro"
+        env |= {"SSL_CERT_FILE": "/etc/ssl/lab-host-cas.crt", **SYSTEM_CERTS}
     job = run(
         image,
         ["sh", "-c", script],
@@ -243,7 +253,7 @@ def github_actions(image: str, handout: Path, step: dict, sources: dict[str, str
         limits=ACTIONS,
         user=RUNNER,
         env={**env, "STEP": step["run"]},
-        mounts={home: "/home/runner", cache: "/home/runner/.cache/uv"},
+        mounts=mounts,
     )
     for path in sorted((home / "out").glob("*")):
         job.files[path.name] = path.read_bytes()
