@@ -225,18 +225,24 @@ def test_the_reference_gets_full_marks(jobs):
 
 
 def test_the_spy_reads_nothing_it_must_not(jobs, request):
-    """The spy's loot, printed and dropped: no line of the solution or of the hidden cases, no root-only
-    file, no secret of the grader's environment, in what the student sees or in what it could carry out."""
+    """What the student sees (the results, the log) holds no line of the solution or of the hidden cases' code;
+    nothing the spy's processes read, in either phase, holds the solution, the hidden expected values, the
+    root-only file or the grader's environment. (The hidden phase's own process is given its inputs: what it
+    read of them is not counted; on these platforms it has no network to carry them out.)"""
     platform, done = jobs
     waits_for_a_fix(request, "spy", platform)
     job = done["spy"]
     assert points(platform, job) == FULL  # a correct solution, whatever it tried
-    seen = job.text() + "\n".join(data.decode("utf-8", "replace") for data in job.drop.values())
-    assert job.secrets["root-only"] not in seen and job.secrets["env"] not in seen
-    leaked = [line for line in solution_lines() + hidden_lines() if line in seen]
-    assert not leaked, f"{len(leaked)} lines of the solution or hidden cases leaked, e.g. {leaked[:3]}"
-    read = sorted({data.split(b"\n", 1)[0].decode() for data in job.drop.values()})
-    assert not read, f"the spy read {read[:10]}"
+    dropped = "\n".join(data.decode("utf-8", "replace") for data in job.drop.values())
+    for where, text in (("the results or the log", job.text()), ("what the spy read", dropped)):
+        assert job.secrets["root-only"] not in text and job.secrets["env"] not in text, where
+        leaked = [line for line in solution_lines() if line in text]
+        assert not leaked, f"{len(leaked)} lines of the solution in {where}, e.g. {leaked[:3]}"
+    leaked = [line for line in hidden_lines() if line in job.text()]
+    assert not leaked, f"{len(leaked)} lines of the hidden cases' code in the results or the log, e.g. {leaked[:3]}"
+    paths = {data.split(b"\n", 1)[0].decode("utf-8", "replace") for data in job.drop.values()}
+    expected_values = sorted(p for p in paths if "/hidden/" in p and p.endswith(".safetensors"))
+    assert not expected_values, f"the spy read hidden expected values: {expected_values[:5]}"
 
 
 def test_forged_text_lone_surrogates_and_nul_are_graded_normally(jobs, request):
