@@ -27,7 +27,13 @@ from .test_platforms import SECRET, reporter_reads
 
 PROBLEM = images.engine_problem()
 # a cold machine builds the images in the first test's set-up (debootstrap, apt, torch's wheels from uv's cache)
-pytestmark = [pytest.mark.skipif(PROBLEM is not None, reason=str(PROBLEM)), pytest.mark.timeout(1800)]
+# one xdist group: every test here on one worker, so each image is built and each platform's jobs run once
+# (`jobs` reaches the platforms' module fixtures through getfixturevalue, which conftest's grouping cannot see)
+pytestmark = [
+    pytest.mark.skipif(PROBLEM is not None, reason=str(PROBLEM)),
+    pytest.mark.timeout(1800),
+    pytest.mark.xdist_group("platform_lab"),
+]
 
 FULL = {"softmax": 1.0, "scaled_dot_product_attention": 5.0}
 GRADESCOPE_VISIBILITY = {"hidden", "after_due_date", "after_published", "visible"}
