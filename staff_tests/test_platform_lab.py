@@ -1,0 +1,393 @@
+"""The platform lab: each platform's grading container reproduced with podman, the grader run there as the
+platform runs it (issue 35). Images are built once per machine and cached by what they are built from
+(staff_tests/lab/images.py); each platform's jobs run back to back in its own module-scoped fixture
+(staff_tests/lab/platforms.py). Where no engine can run (no root, no podman/runc/debootstrap), every test
+here says so and skips.
+
+What each platform's reader requires of a file is checked as the platform documents it: PrairieLearn's
+results (docs/externalGrading.md; apps/grader-host refuses over 1 MiB; the feedback is Postgres jsonb,
+which refuses NUL and lone surrogates), Gradescope's results.json (autograder_samples' spec).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from .lab import images, platforms
+from .lab.submissions import SUBMISSIONS, hidden_lines, solution_lines
+from .submissions import ROOT
+from .test_platforms import SECRET, reporter_reads
+
+PROBLEM = images.engine_problem()
+# a cold machine builds the images in the first test's set-up (debootstrap, apt, torch's wheels from uv's cache)
+# one xdist group: every test here on one worker, so each image is built and each platform's jobs run once
+# (`jobs` reaches the platforms' module fixtures through getfixturevalue, which conftest's grouping cannot see)
+pytestmark = [
+    pytest.mark.skipif(PROBLEM is not None, reason=str(PROBLEM)),
+    pytest.mark.timeout(1800),
+    pytest.mark.xdist_group("platform_lab"),
+]
+
+FULL = {"softmax": 1.0, "scaled_dot_product_attention": 5.0}
+GRADESCOPE_VISIBILITY = {"hidden", "after_due_date", "after_published", "visible"}
+PL_LIMIT = 1 << 20  # apps/grader-host: "The grading results were larger than 1MB"
+SANDBOX_HELPER = "the `sandbox` helper's fix (issue 35: the fallback's kill, the hidden phase's own folder)"
+PACKAGING_HELPER = "the `packaging` helper's fix (issue 35: no solution in the bundle or serverFilesCourse)"
+MEMORY_HELPER = "the `memory` helper's fix (issue 35: the child's limit below the container's cgroup limit)"
+TEXT_HELPER = "the `text` helper's fix (issue 35: lone surrogates and NUL in every file)"
+
+
+# ---------------------------------------------------------------- the images, built once per machine
+
+
+@pytest.fixture(scope="module")
+def built() -> list[str]:
+    """The images this run built (a warm run builds none)."""
+    return []
+
+
+@pytest.fixture(scope="module")
+def prairielearn_course(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("lab-prairielearn") / "course"
+    command = [sys.executable, "-m", "cs_basics.cli", "autograder", "--platform", "prairielearn", str(out)]
+    subprocess.run(command, cwd=ROOT, check=True, capture_output=True, timeout=300)
+    return out
+
+
+@pytest.fixture(scope="module")
+def prairielearn_image(prairielearn_course, built) -> str:
+    """The image from the Dockerfile `cs-basics autograder --platform prairielearn` writes, as it stands."""
+    base = images.base_image(images.BOOKWORM, built)
+    uv = images.uv_image((prairielearn_course / "Dockerfile").read_text(), built)
+    inputs = images.inputs_of(base, uv)
+    return images.image_from("prairielearn", prairielearn_course, built, inputs=inputs)
+
+
+@pytest.fixture(scope="module")
+def gradescope_image(tmp_path_factory, built) -> str:
+    """Gradescope's layout on Ubuntu 22.04 (Python 3.10, as Gradescope's newest base), the bundle's setup.sh
+    run at build."""
+    base = images.base_image(images.JAMMY, built)
+    context = gradescope_context(tmp_path_factory.mktemp("lab-gradescope"))
+    env = images.SYSTEM_CERTS if images.host_cas() else None
+    return images.image_from("gradescope", context, built, inputs=images.inputs_of(base), env=env)
+
+
+def gradescope_context(tmp: Path) -> Path:
+    """`cs-basics autograder`'s bundle, unzipped as Gradescope unzips it, with the build's Dockerfile."""
+    command = [sys.executable, "-m", "cs_basics.cli", "autograder", str(tmp / "autograder.zip")]
+    subprocess.run(command, cwd=ROOT, check=True, capture_output=True, timeout=300)
+    return images.gradescope_context(tmp / "autograder.zip", images.JAMMY.tag, tmp / "context")
+
+
+# ---------------------------------------------------------------- each platform's jobs, back to back
+
+
+@pytest.fixture(scope="module")
+def prairielearn_jobs(prairielearn_image, prairielearn_course, tmp_path_factory) -> dict[str, platforms.Job]:
+    tmp = tmp_path_factory.mktemp("lab-prairielearn-jobs")
+    done = {
+        name: platforms.prairielearn(prairielearn_image, prairielearn_course, source, tmp / name)
+        for name, source in SUBMISSIONS.items()
+    }
+    record("prairielearn", done)
+    return done
+
+
+@pytest.fixture(scope="module")
+def gradescope_jobs(gradescope_image, tmp_path_factory) -> dict[str, platforms.Job]:
+    tmp = tmp_path_factory.mktemp("lab-gradescope-jobs")
+    done = {name: platforms.gradescope(gradescope_image, source, tmp / name) for name, source in SUBMISSIONS.items()}
+    record("gradescope", done)
+    return done
+
+
+PLATFORMS = ["prairielearn", "gradescope"]
+# what the lab saw fail, by test and platform, and whose fix it waits for (each strict: a fix makes it pass,
+# and the marker must then go)
+WAITS_FOR = {
+    ("spy", "prairielearn"): f"{PACKAGING_HELPER} and {SANDBOX_HELPER}",
+    ("spy", "gradescope"): f"{PACKAGING_HELPER} and {SANDBOX_HELPER}",
+    ("forged", "prairielearn"): TEXT_HELPER,
+    ("forged", "gradescope"): TEXT_HELPER,
+    ("hungry", "gradescope"): MEMORY_HELPER,
+}
+
+
+@pytest.fixture(params=PLATFORMS)
+def jobs(request) -> tuple[str, dict[str, platforms.Job]]:
+    return request.param, request.getfixturevalue(f"{request.param}_jobs")
+
+
+def waits_for_a_fix(request, submission: str, platform: str) -> None:
+    reason = WAITS_FOR.get((submission, platform))
+    if reason:
+        request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
+
+
+def record(platform: str, done: dict[str, platforms.Job]) -> None:
+    """Each job's exit status, seconds and peak memory, kept beside the image cache for docs/platforms.md."""
+    path = images.CACHE / "measured.json"
+    found = json.loads(path.read_text()) if path.exists() else {}
+    found[platform] = {
+        name: {"status": job.status, "seconds": round(job.seconds, 1), "peak_mib": (job.peak_bytes or 0) >> 20}
+        for name, job in done.items()
+    }
+    path.write_text(json.dumps(found, indent=2) + "\n")
+
+
+# ---------------------------------------------------------------- each platform's reader
+
+
+def strict_strings(value: object, where: str = "") -> None:
+    """Every string valid UTF-8 without NUL: what Postgres jsonb and a strict reader take."""
+    if isinstance(value, str):
+        assert "\0" not in value, f"NUL in {where}"
+        value.encode("utf-8")  # a lone surrogate raises here
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            strict_strings(key, where)
+            strict_strings(item, f"{where}.{key}")
+    elif isinstance(value, list):
+        for n, item in enumerate(value):
+            strict_strings(item, f"{where}[{n}]")
+
+
+def prairielearn_reads(job: platforms.Job) -> dict:
+    """As the grader host and the server read it: exit 0, under 1 MiB, JSON, a score in [0, 1], each test
+    with a name and numbers (docs/externalGrading.md), storable as jsonb."""
+    assert job.status == 0, f"the entrypoint exited {job.status}: PrairieLearn fails the job\n{job.log[-3000:]}"
+    raw = job.files["results.json"]
+    assert len(raw) <= PL_LIMIT
+    data = json.loads(raw.decode("utf-8"))
+    strict_strings(data)
+    assert data["gradable"] is True
+    assert isinstance(data["score"], int | float) and 0 <= data["score"] <= 1
+    for test in data["tests"]:
+        assert isinstance(test["name"], str) and isinstance(test.get("message", ""), str)
+        assert isinstance(test["points"], int | float) and isinstance(test["max_points"], int | float)
+    return data
+
+
+def gradescope_reads(job: platforms.Job) -> dict:
+    """As Gradescope's spec gives results.json: JSON, tests with numbers, names, output and a visibility."""
+    assert job.status == 0, f"run_autograder exited {job.status}\n{job.log[-3000:]}"
+    data = json.loads(job.files["results.json"].decode("utf-8"))
+    strict_strings(data)
+    for test in data["tests"]:
+        assert isinstance(test["score"], int | float) and isinstance(test["max_score"], int | float)
+        assert isinstance(test["name"], str) and isinstance(test.get("output", ""), str)
+        assert test.get("visibility", "visible") in GRADESCOPE_VISIBILITY
+    return data
+
+
+def points(platform: str, job: platforms.Job) -> dict[str, float]:
+    """Each problem's points, as the platform's reader gives them."""
+    found = {problem: 0.0 for problem in FULL}
+    if platform == "prairielearn":
+        for test in prairielearn_reads(job)["tests"]:
+            found[problem_of(test["name"])] += test["points"]
+    else:
+        for test in gradescope_reads(job)["tests"]:
+            found[problem_of(test["name"])] += test["score"]
+    return {problem: round(value, 4) for problem, value in found.items()}
+
+
+def problem_of(name: str) -> str:
+    return "scaled_dot_product_attention" if "attention" in name else "softmax"
+
+
+# ---------------------------------------------------------------- the tests
+
+
+def test_the_containers_are_as_the_platforms_make_them(prairielearn_image, gradescope_image, tmp_path):
+    """Root without CAP_SYS_ADMIN and mount namespaces refused, in both; no kill binary in PrairieLearn's
+    debian:bookworm-slim: what the grader must live with there."""
+    script = (
+        "grep CapEff /proc/self/status; unshare -m true 2>/dev/null; echo unshare $?; "
+        "for k in /bin/kill /usr/bin/kill; do [ -e $k ] && echo has $k; done; echo uid $(id -u)"
+    )
+    found = {}
+    for image, limits in ((prairielearn_image, platforms.PRAIRIELEARN), (gradescope_image, platforms.GRADESCOPE)):
+        job = platforms.inside(image, script, tmp_path / image.split("/")[-1].replace(":", "-"), limits)
+        assert job.status == 0, job.log
+        cap_eff = int(next(line for line in job.log.splitlines() if line.startswith("CapEff")).split()[1], 16)
+        assert not cap_eff & (1 << 21), "CAP_SYS_ADMIN"
+        assert "unshare 0" not in job.log and "uid 0" in job.log
+        found[image] = job.log
+    assert "has /" not in found[prairielearn_image]
+
+
+def test_the_reference_gets_full_marks(jobs):
+    platform, done = jobs
+    assert points(platform, done["reference"]) == FULL
+
+
+def test_the_spy_reads_nothing_it_must_not(jobs, request):
+    """What the student sees (the results, the log) holds no line of the solution or of the hidden cases' code;
+    nothing the spy's processes read, in either phase, holds the solution, the hidden expected values, the
+    root-only file or the grader's environment. (The hidden phase's own process is given its inputs: what it
+    read of them is not counted; on these platforms it has no network to carry them out.)"""
+    platform, done = jobs
+    waits_for_a_fix(request, "spy", platform)
+    job = done["spy"]
+    # a verdict the platform's reader takes (full marks where its daemon is ended in time; a grading that
+    # fails closed because a process of the public phase lived on is also right)
+    points(platform, job)
+    dropped = "\n".join(data.decode("utf-8", "replace") for data in job.drop.values())
+    for where, text in (("the results or the log", job.text()), ("what the spy read", dropped)):
+        assert job.secrets["root-only"] not in text and job.secrets["env"] not in text, where
+        leaked = [line for line in solution_lines() if line in text]
+        assert not leaked, f"{len(leaked)} lines of the solution in {where}, e.g. {leaked[:3]}"
+    leaked = [line for line in hidden_lines() if line in job.text()]
+    assert not leaked, f"{len(leaked)} lines of the hidden cases' code in the results or the log, e.g. {leaked[:3]}"
+    paths = {data.split(b"\n", 1)[0].decode("utf-8", "replace") for data in job.drop.values()}
+    expected_values = sorted(p for p in paths if "/hidden/" in p and p.endswith(".safetensors"))
+    assert not expected_values, f"the spy read hidden expected values: {expected_values[:5]}"
+
+
+def test_forged_text_lone_surrogates_and_nul_are_graded_normally(jobs, request):
+    """staff_tests/test_platforms.py's HOSTILE text, and a lone surrogate, NUL and control characters in an
+    exception's message: each platform's reader takes the file; the public softmax cases pass; no hidden text
+    where the platform shows everything."""
+    platform, done = jobs
+    waits_for_a_fix(request, "forged", platform)
+    found = points(platform, done["forged"])  # each platform's reader takes the file
+    assert 0 < found["softmax"] < 1 and found["scaled_dot_product_attention"] < 5
+    if platform == "prairielearn":
+        assert SECRET not in done["forged"].text()
+
+
+def test_a_hungry_submission_loses_its_problem_and_the_rest_is_scored(jobs, request):
+    """300 MB kept per call: its attention's later cases fail naming the memory, its softmax is scored, and
+    the grader finishes within the container's memory (Gradescope's 768 MB, PrairieLearn's 2 GiB)."""
+    platform, done = jobs
+    waits_for_a_fix(request, "hungry", platform)
+    found = points(platform, done["hungry"])
+    assert found["softmax"] == 1.0 and found["scaled_dot_product_attention"] < 5
+    results = json.loads(done["hungry"].files["results.json"])
+    failed = [
+        t
+        for t in results["tests"]
+        if problem_of(t["name"]) != "softmax" and "hidden" not in t["name"] and not t.get("score", t.get("points"))
+    ]
+    assert failed and all("memory" in (t.get("output", "") + t.get("message", "")).lower() for t in failed)
+
+
+# ---------------------------------------------------------------- GitHub Actions: the grading step, not root
+
+
+@pytest.fixture(scope="module")
+def github_actions_job(prairielearn_image, tmp_path_factory) -> platforms.Job:
+    """The handout workflow's grading step as the runner's user (uid 1001), each submission pushed in turn,
+    in Debian's Python with uv (PrairieLearn's image: the runner's Ubuntu 24.04 cannot be fetched here)."""
+    tmp = tmp_path_factory.mktemp("lab-actions")
+    command = [sys.executable, "-m", "cs_basics.cli", "handout", "--no-check", str(tmp / "handout")]
+    subprocess.run(command, cwd=ROOT, check=True, capture_output=True, timeout=300)
+    flow = yaml.safe_load((tmp / "handout/.github/workflows/classroom.yml").read_text())
+    step = next(s for s in flow["jobs"]["run-autograding-tests"]["steps"] if s.get("id") == "grade")
+    cache = platforms.runner_uv_cache(images.host_uv_cache(), images.CACHE)
+    done = platforms.github_actions(prairielearn_image, tmp / "handout", step, SUBMISSIONS, cache, tmp / "job")
+    record("github-actions", {"all four, one runner": done})
+    return done
+
+
+def classroom_points(job: platforms.Job, name: str) -> dict[str, float]:
+    """Each runner's points as the reporter reads them from the step's outputs (the public cases only)."""
+    status = job.files[f"{name}.status"].decode().strip()
+    log = job.files[f"{name}.log"].decode("utf-8", "replace")
+    assert status == "0", f"{name}: the grading step exited {status}\n{log[-3000:]}"
+    found = reporter_reads(job.files[f"{name}.outputs"].decode("utf-8"))
+    for data in found.values():
+        strict_strings(data)
+    return {problem: round(sum(t["score"] for t in data["tests"]), 4) for problem, data in found.items()}
+
+
+def test_github_actions_grades_as_the_runners_user(github_actions_job):
+    assert classroom_points(github_actions_job, "reference") == FULL
+
+
+@pytest.mark.xfail(strict=True, reason=TEXT_HELPER)
+def test_github_actions_takes_forged_text_and_lone_surrogates(github_actions_job):
+    found = classroom_points(github_actions_job, "forged")
+    assert found["scaled_dot_product_attention"] < 5
+
+
+def test_github_actions_spy_reads_no_root_only_file_or_grader_secret(github_actions_job):
+    """On the student's own runner nothing is hidden (the checkout is theirs): what must stay out of reach is
+    root's and the runner's own secrets."""
+    job = github_actions_job
+    seen = job.text() + "\n".join(d.decode("utf-8", "replace") for d in job.drop.values())
+    assert job.secrets["root-only"] not in seen
+    assert classroom_points(job, "spy") == FULL
+
+
+# ---------------------------------------------------------------- Kubernetes: the image the recipe names
+
+
+def shipped_dockerfile() -> Path | None:
+    """The Dockerfile the repository ships for the cluster image (docs/cluster/grade-job.yaml's)."""
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    found = [ROOT / p for p in tracked.splitlines() if Path(p).name.startswith("Dockerfile")]
+    return next((p for p in found if "cluster" in p.as_posix() or p.parent == ROOT), None)
+
+
+@pytest.fixture(scope="module")
+def kubernetes_job(tmp_path_factory, built) -> platforms.Job:
+    """Every submission graded as one shard of the recipe's Job, in the image built from the repository's
+    Dockerfile (its tracked files as the build context: a clone, not this checkout's .venv)."""
+    dockerfile = shipped_dockerfile()
+    assert dockerfile is not None, "no Dockerfile in the repository builds the image docs/cluster/grade-job.yaml names"
+    tmp = tmp_path_factory.mktemp("lab-kubernetes")
+    context = tmp / "context"
+    tracked = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.splitlines()
+    for rel in tracked:
+        if (ROOT / rel).is_file():
+            (context / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / rel, context / rel)
+    if dockerfile.parent != ROOT:
+        shutil.copy2(dockerfile, context / "Dockerfile")
+    base = images.base_image(images.BOOKWORM, built)
+    uv = images.uv_image((context / "Dockerfile").read_text(), built)
+    inputs = images.inputs_of(base, uv)
+    image = images.image_from("kubernetes", context, built, inputs=inputs)
+    job_yaml = yaml.safe_load((ROOT / "docs/cluster/grade-job.yaml").read_text())
+    command = job_yaml["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert command[:2] == ["sh", "-c"], command
+    done = platforms.kubernetes(image, command[2], SUBMISSIONS, tmp / "job")
+    record("kubernetes", {"all four, one pod": done})
+    return done
+
+
+@pytest.mark.xfail(strict=True, reason=f"{PACKAGING_HELPER}: the Dockerfile of the cluster image")
+def test_kubernetes_grades_every_submission_in_the_recipes_pod(kubernetes_job):
+    assert kubernetes_job.status == 0, kubernetes_job.log[-3000:]
+    by_name = {name: json.loads(data) for name, data in kubernetes_job.files.items() if name.endswith(".json")}
+    reference = next(data for name, data in by_name.items() if "reference" in name)
+    assert sum(t["score"] for t in reference["tests"]) == pytest.approx(6.0)
+    spy = kubernetes_job.text() + "\n".join(d.decode("utf-8", "replace") for d in kubernetes_job.drop.values())
+    assert not [line for line in solution_lines() + hidden_lines() if line in spy]
+
+
+def test_a_warm_lab_builds_nothing(prairielearn_image, gradescope_image, prairielearn_course, tmp_path):
+    """Asked again for every image, the lab finds each by what it is built from (a cold run built them once)."""
+    again: list[str] = []
+    assert images.base_image(images.BOOKWORM, again) and images.base_image(images.JAMMY, again)
+    base = images.base_image(images.BOOKWORM, again)
+    uv = images.uv_image((prairielearn_course / "Dockerfile").read_text(), again)
+    inputs = images.inputs_of(base, uv)
+    assert images.image_from("prairielearn", prairielearn_course, again, inputs=inputs) == prairielearn_image
+    jammy = images.base_image(images.JAMMY, again)
+    env = images.SYSTEM_CERTS if images.host_cas() else None
+    context = gradescope_context(tmp_path)
+    assert images.image_from("gradescope", context, again, inputs=images.inputs_of(jammy), env=env) == gradescope_image
+    assert again == []
