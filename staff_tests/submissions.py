@@ -80,3 +80,21 @@ def keeps_memory(tmp: Path, mb: int = 300, name: str = "hungry", shared: bool = 
     else:
         body = f"_kept.append(torch.ones({mb} << 18))  # {mb} MiB of float32, kept for good\n"
     return submission(tmp, "_kept = []\n\n\n" + wrap_attention(body), name=name)
+
+
+def course_shipping_a_from_scratch_mistake(tmp: Path) -> Path:
+    """A copy of this course whose tests/mistakes.py holds `sum_over_everything`'s code again, as before issue 37:
+    a softmax from an exp over a sum, which a student reading the handout could copy."""
+    from cs_basics.harness.course.handout import repository_files
+
+    copy = tmp / "course"
+    for rel in repository_files(ROOT):
+        if rel.parts[0] not in ("examples", "benchmarks", "staff_tests"):
+            (copy / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / rel, copy / rel)
+    mistakes = copy / "tests" / "mistakes.py"
+    text = mistakes.read_text()
+    assert 'staff("sum_over_everything")' in text
+    moved_back = "lambda x, dim: torch.exp(x - x.amax(dim, True)) / torch.exp(x - x.amax(dim, True)).sum()"
+    mistakes.write_text(text.replace('staff("sum_over_everything")', moved_back))
+    return copy

@@ -64,9 +64,10 @@ def test_mistakes_that_give_the_same_numbers_are_named_together(assignment, devi
 
 
 def context(case, impl, assignment, device) -> CheckContext:
-    inputs, expected = assignment.store_for(case).load(case.id)
+    inputs, stored = assignment.store_for(case).load(case.id)
     outputs = run_call(case, impl, inputs, device)
-    return CheckContext(case, inputs, expected, case.prepare(inputs, device), outputs, device)
+    expected, mistakes = diagnosis.split_stored(stored)  # as run_check reads a fixture
+    return CheckContext(case, inputs, expected, case.prepare(inputs, device), outputs, device, mistakes)
 
 
 @pytest.mark.parametrize("name", ["reference", "matmul_max_shift"])

@@ -8,6 +8,8 @@ import pytest
 import torch
 
 from cs_basics.harness.cases import Case
+from cs_basics.harness.compare import Tolerance
+from cs_basics.harness.diagnosis import Mistake
 from cs_basics.harness.fixtures import MANIFEST, FixtureError, FixtureStore
 from cs_basics.harness.generate import (
     EXPECTED_ULPS,
@@ -18,6 +20,7 @@ from cs_basics.harness.generate import (
     ulps,
     why_remake,
 )
+from cs_basics.harness.problem import AdapterCall
 
 
 @pytest.fixture
@@ -221,3 +224,40 @@ def test_altered_file_is_made_again_not_blessed(tmp_path):
     done = regenerate_store(FixtureStore(tmp_path), [case])
     assert "does not match its checksum" in done.written[case.id]
     assert snapshot(tmp_path) == made
+
+
+# ---------------------------------------------------------------- staff-only mistakes' outputs beside the answers
+
+
+def doubled(x, mask):
+    return 2 * torch.softmax(x.masked_fill(~mask, -1e9), dim=-1)
+
+
+def barely_off(x, mask):  # within the float32 tolerance everywhere: no failure of the case can name it
+    return torch.softmax(x.masked_fill(~mask, -1e9), dim=-1) * (1 + 1e-9)
+
+
+def with_mistakes(case: Case, *names: str) -> Case:
+    """The toy case with staff-only mistakes ("module:attribute", as hidden/answers.py's are named)."""
+    return replace(
+        case,
+        adapter_call=AdapterCall("run_toy", ("x", "mask")),
+        tolerance={torch.float32: (Tolerance(1e-6, 1e-5), Tolerance(1e-5, 1e-4))},
+        mistakes=tuple(Mistake(name, "", {"run_toy": f"{__name__}:{name}"}) for name in names),
+    )
+
+
+def test_a_new_staff_only_mistake_keeps_the_stored_inputs_and_expected_values(tmp_path):
+    """A mistake moved to the staff's side adds its outputs to the fixture and changes no answer, even where the
+    stored ones were made on another CPU; a mistake the case cannot show stores nothing."""
+    store, case = FixtureStore(tmp_path), toy()
+    regenerate_store(store, [case])
+    nudged(store, case, "expected.out", EXPECTED_ULPS / 2)  # as another CPU rounds
+    inputs, expected = FixtureStore(tmp_path).load(case.id)
+    done = regenerate_store(FixtureStore(tmp_path), [with_mistakes(case, "doubled", "barely_off")])
+    assert done.written[case.id].endswith("its inputs and expected values kept as stored"), done.written
+    again_inputs, again = FixtureStore(tmp_path).load(case.id)
+    assert sorted(again) == ["mistake.doubled.out", "out"]
+    assert torch.equal(again["out"], expected["out"])
+    assert all(torch.equal(again_inputs[k], v) for k, v in inputs.items())
+    assert torch.allclose(again["mistake.doubled.out"], 2 * expected["out"])

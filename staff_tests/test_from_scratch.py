@@ -615,3 +615,29 @@ def test_the_scan_follows_helpers_in_other_modules_and_re_exports(tmp_path, assi
         SOFTMAX: [],
         ATTENTION: ["torch.nn.functional.softmax"],
     }
+
+
+def test_the_scan_walks_from_every_adapter_of_a_problem(tmp_path, assignment):
+    """A problem of two adapters that reach nothing of each other (SiLU's and SwiGLU's, say): a forbidden name
+    that only the second one's student function uses is held all the same."""
+    from dataclasses import replace
+
+    from cs_basics.harness.config import Assignment
+
+    second = """
+    def softmax_rows(x):
+        return torch.softmax(x, -1)
+
+
+    def scaled_dot_product_attention(Q, K, V, mask=None):
+        return Q
+    """
+    folder = student(tmp_path, source(SOFTMAX_FROM_SCRATCH, second))
+    adapters = folder / "tests" / "adapters.py"
+    adapters.write_text(adapters.read_text() + "\n\ndef run_softmax_rows(x):\n    return functional.softmax_rows(x)\n")
+    course = Assignment(assignment.root, assignment.table)
+    problems = dict(assignment.problems)
+    problems[SOFTMAX] = replace(problems[SOFTMAX], adapters=(problems[SOFTMAX].adapter, "run_softmax_rows"))
+    object.__setattr__(course, "problems", problems)  # a cached property: the copy's own
+    found = {p: [u.name for u in uses] for p, uses in FromScratch(course, folder).static.items()}
+    assert found == {SOFTMAX: ["torch.softmax"], ATTENTION: []}

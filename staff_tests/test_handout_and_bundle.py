@@ -32,7 +32,7 @@ from cs_basics.harness.course.handout import (
 )
 from cs_basics.harness.grading.grade import student_files
 
-from .submissions import ROOT, submission, wrap_attention
+from .submissions import ROOT, course_shipping_a_from_scratch_mistake, submission, wrap_attention
 
 pytestmark = pytest.mark.slow
 
@@ -99,6 +99,17 @@ def test_handout_command_builds_and_checks_the_starter_repository(tmp_path):
     assert "autograding-grading-reporter" in (out / ".github" / "workflows" / "classroom.yml").read_text()
     again = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert again.returncode == 2 and "already exists" in again.stderr
+
+
+def test_a_handout_that_would_ship_a_from_scratch_mistake_is_refused_naming_it(tmp_path):
+    """A known mistake whose code computes a softmax from scratch, moved back into tests/: a student reading the
+    handout would get a working softmax. The handout's check says so, and finds nothing else wrong."""
+    copy = course_shipping_a_from_scratch_mistake(tmp_path)
+    command = [sys.executable, "-m", "cs_basics.cli", "handout", str(tmp_path / "handout")]
+    done = subprocess.run(command, cwd=copy, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 1, done.stdout + done.stderr[-4000:]
+    named = "cs-basics handout: softmax: the known mistake sum_over_everything (tests.mistakes.<lambda>) ships in the"
+    assert named in done.stderr and "1 problems with the handout" in done.stdout, done.stdout + done.stderr[-4000:]
 
 
 def test_a_second_handout_into_a_folder_is_refused_naming_it_and_force_replaces_it(tmp_path, capsys):

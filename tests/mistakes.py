@@ -2,8 +2,11 @@
 
 Each mistake is a wrong implementation of one adapter, computed in float64 on a failing case's own
 inputs; when the student's numbers reproduce it, the failure message names it (`This looks like:`).
-Built on torch's own softmax and attention where they can be, which a student may not call: the
-mistakes ship with the tests (the students' pytest run names them too), never a solution. The
+Built on torch's own softmax and attention where they can be, which a student may not call: those
+ship with the tests (the students' pytest run names them too), never a solution. Those that compute a
+softmax from scratch (the stability family, the epsilon, a sum over everything) would be a working
+softmax for a student to read: their code is the staff's, hidden/answers.py (`staff`), left out of the
+handout; their outputs are stored in the fixtures, and the students' run names them from there. The
 crashes here need the case's arguments or the student's line to be named; `contract` says what a
 case passed when the student's code raised on it. `tests/cases.py` attaches them to its cases.
 """
@@ -35,20 +38,6 @@ def sdpa(Q, K, V, mask=None, scale=None) -> torch.Tensor:
     return F.scaled_dot_product_attention(Q, K, V, attn_mask=mask, scale=scale)
 
 
-def unshifted_softmax(x: torch.Tensor, dim: int) -> torch.Tensor:
-    return torch.exp(x) / torch.exp(x).sum(dim, keepdim=True)
-
-
-def epsilon_softmax(epsilon: float) -> Callable[[torch.Tensor, int], torch.Tensor]:
-    """A stable softmax that divides by the sum plus `epsilon`."""
-
-    def softmax(x: torch.Tensor, dim: int) -> torch.Tensor:
-        e = torch.exp(x - x.amax(dim, keepdim=True))
-        return e / (e.sum(dim, keepdim=True) + epsilon)
-
-    return softmax
-
-
 def guarded(weights: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
     """Zero weights for queries whose mask row is all False, as they must be: one mistake at a time."""
     return weights if mask is None else weights.masked_fill(~mask.any(-1, keepdim=True), 0.0)
@@ -67,11 +56,17 @@ def with_softmax(softmax: Callable[[torch.Tensor, int], torch.Tensor], nan_to_ze
     return attention
 
 
-def attention_mistake(name: str, advice: str, wrong: Callable, **kw: Any) -> Mistake:
+def staff(attribute: str) -> str:
+    """A mistake that computes a softmax from scratch: its code is the staff's (hidden/answers.py, left out of the
+    handout), its outputs stored in the fixtures, which the diagnosis reads."""
+    return f"hidden.answers:{attribute}"
+
+
+def attention_mistake(name: str, advice: str, wrong: Callable | str, **kw: Any) -> Mistake:
     return Mistake(name, advice, {"run_scaled_dot_product_attention": wrong}, **kw)
 
 
-def softmax_mistake(name: str, advice: str, wrong: Callable, **kw: Any) -> Mistake:
+def softmax_mistake(name: str, advice: str, wrong: Callable | str, **kw: Any) -> Mistake:
     return Mistake(name, advice, {"run_softmax": wrong}, **kw)
 
 
@@ -90,7 +85,8 @@ IN_FLOAT32 = {
         "added somewhere (an epsilon in a denominator, say); keep the input's dtype throughout and add nothing"
     ),
 }
-EPSILONS = (1e-5, 1e-6, 1e-7, 1e-8, 1e-9, 1e-10)  # the ones students write; each gives its own numbers
+# the ones students write, 1e-5 ... 1e-10 (as hidden/answers.py names them); each gives its own numbers
+EPSILONS = ("1e_5", "1e_6", "1e_7", "1e_8", "1e_9", "1e_10")
 EPSILON_ADVICE = (
     "the softmax divides by the sum plus a small epsilon, which shifts every weight by epsilon / sum "
     "(in float64 that is far outside the tolerance); the sum is at least 1 once the maximum is subtracted, "
@@ -101,33 +97,22 @@ EPSILON_ADVICE = (
 STABILITY = {"in_case_dtype": True}
 
 
-def global_max_softmax(x: torch.Tensor, dim: int) -> torch.Tensor:
-    return unshifted_softmax(x - x.max(), dim)
-
-
-def mean_shift_softmax(x: torch.Tensor, dim: int) -> torch.Tensor:
-    return unshifted_softmax(x - x.mean(dim, keepdim=True), dim)
-
-
 STABILITY_FAMILY = (
     (
         "no_max_shift",
         "exp overflowed to inf because your softmax does not subtract the maximum first; subtract "
         "each row's maximum of the scores (keepdim=True), which leaves the softmax unchanged",
-        unshifted_softmax,
     ),
     (
         "global_max",
         "your softmax subtracts the maximum of all the scores, not each row's, so rows far below it "
         "underflow to 0/0; subtract each row's own maximum (amax(-1, keepdim=True))",
-        global_max_softmax,
     ),
     (
         "mean_shift",
         "your softmax subtracts the mean, not the maximum: a masked score of -inf makes the mean -inf "
         "(NaN everywhere), and a row of scores spread more than ~88 overflows exp; subtract each row's "
         "maximum",
-        mean_shift_softmax,
     ),
 )
 MISTAKES = {
@@ -136,26 +121,29 @@ MISTAKES = {
             "no_max_shift",
             "exp overflowed to inf (or every term underflowed to 0) because the maximum was not subtracted "
             "first; subtract the maximum along `dim` (keepdim=True), which leaves the softmax unchanged",
-            unshifted_softmax,
+            staff("unshifted_softmax"),
             **STABILITY,
         ),
         softmax_mistake(
             "global_max",
             "you subtracted the maximum of the whole tensor, so slices far below it underflow to 0/0; "
             "subtract each slice's own maximum along `dim`",
-            global_max_softmax,
+            staff("global_max_softmax"),
             **STABILITY,
         ),
         softmax_mistake(
             "mean_shift",
             "you subtracted the mean, not the maximum: a slice whose values spread more than ~88 (float32) "
             "still overflows exp to inf; subtract the maximum along `dim` (keepdim=True)",
-            mean_shift_softmax,
+            staff("mean_shift_softmax"),
             **STABILITY,
         ),
         # an epsilon of 1e-10 shifts the weights by at most 1e-10 relative, within float64's tolerance: no case
         # shows it (`cs-basics check-cases` says so)
-        *(softmax_mistake("epsilon_in_denominator", EPSILON_ADVICE, epsilon_softmax(eps)) for eps in EPSILONS[:-1]),
+        *(
+            softmax_mistake("epsilon_in_denominator", EPSILON_ADVICE, staff(f"softmax_epsilon_{eps}"), variant=eps)
+            for eps in EPSILONS[:-1]
+        ),
         softmax_mistake(
             "ignores_dim",
             "the softmax is taken over the last dim whatever `dim` says; pass `dim` to every reduction "
@@ -165,7 +153,7 @@ MISTAKES = {
         softmax_mistake(
             "sum_over_everything",
             "you divided by the sum over the whole tensor, not by the sum along `dim` (keepdim=True)",
-            lambda x, dim: torch.exp(x - x.amax(dim, keepdim=True)) / torch.exp(x - x.amax(dim, keepdim=True)).sum(),
+            staff("sum_over_everything"),
         ),
         softmax_mistake(
             "float32_arithmetic",
@@ -252,12 +240,14 @@ MISTAKES = {
         ),
         # each with the NaN of its 0/0 rows left, or replaced by zeros (nan_to_num, as many students do)
         *(
-            attention_mistake(name, advice, with_softmax(unstable, zeroed), **STABILITY)
-            for name, advice, unstable in STABILITY_FAMILY
-            for zeroed in (False, True)
+            attention_mistake(
+                name, advice, staff(f"attention_{name}_{variant}".rstrip("_")), variant=variant, **STABILITY
+            )
+            for name, advice in STABILITY_FAMILY
+            for variant in ("", "nan_to_num")
         ),
         *(
-            attention_mistake("epsilon_in_denominator", EPSILON_ADVICE, with_softmax(epsilon_softmax(eps)))
+            attention_mistake("epsilon_in_denominator", EPSILON_ADVICE, staff(f"attention_epsilon_{eps}"), variant=eps)
             for eps in EPSILONS
         ),
         *(

@@ -78,6 +78,13 @@ class Mistake:
     # said instead of the name when the numbers match but `confirmed` does not hold: the evidence and the
     # candidates in plain words; "{error}" is the worst relative error
     candidates: str = ""
+    # tells the stored outputs of staff-only mistakes of one name apart (an epsilon of 1e-6 or of 1e-8); no dots
+    variant: str = ""
+
+    @property
+    def stored_name(self) -> str:
+        """The name its outputs are stored under in a fixture (staff-only mistakes): `name`, or `name[variant]`."""
+        return f"{self.name}[{self.variant}]" if self.variant else self.name
 
 
 def marker(advice: str, name: str) -> str:
@@ -151,7 +158,7 @@ def wrong_outputs(ctx: CheckContext, mistake: Mistake, grad: bool) -> dict[str, 
     """The mistake's outputs on the case's stored inputs, on the CPU in float64 (in the case's dtype if
     the mistake asks), with gradients if `grad`; a staff-only mistake's, as its fixture stores them."""
     if staff_only(mistake):
-        return dict(ctx.stored_mistakes.get(mistake.name, {}))
+        return dict(ctx.stored_mistakes.get(mistake.stored_name, {}))
     dtype = ctx.case.dtype if mistake.in_case_dtype else torch.float64
     args = ctx.case.prepare(ctx.inputs, torch.device("cpu"), dtype=dtype, layout=False)
     try:
@@ -166,11 +173,11 @@ def staff_only(mistake: Mistake) -> bool:
     return any(isinstance(wrong, str) for wrong in mistake.adapters.values())
 
 
-STORED = "mistake."  # fixture tensors "expected.mistake.<name>.<output>": a staff-only mistake's outputs
+STORED = "mistake."  # fixture tensors "expected.mistake.<stored_name>.<output>": a staff-only mistake's outputs
 
 
 def split_stored(expected: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
-    """A fixture's expected values, and the staff-only mistakes' outputs stored beside them (by mistake name)."""
+    """A fixture's expected values, and the staff-only mistakes' outputs stored beside them (by `stored_name`)."""
     plain = {k: v for k, v in expected.items() if not k.startswith(STORED)}
     stored: dict[str, dict[str, Any]] = {}
     for key in expected.keys() - plain.keys():

@@ -21,7 +21,7 @@ import torch
 
 from cs_basics.harness.cases import Case, Tensors
 from cs_basics.harness.config import Assignment
-from cs_basics.harness.diagnosis import STORED, staff_only
+from cs_basics.harness.diagnosis import STORED, agrees, staff_only
 from cs_basics.harness.fixtures import FixtureError, FixtureStore, encode
 from cs_basics.harness.problem import resolve
 
@@ -58,13 +58,14 @@ def prefixed(prefix: str, tensors: Tensors) -> Tensors:
 
 def oracle_of_copies(case: Case, inputs: Tensors) -> Tensors:
     """The oracle's expected values, and beside them the outputs of the case's staff-only mistakes."""
-    expected = case.oracle({k: v.clone() for k, v in inputs.items()})
-    return {k: v.detach() for k, v in expected.items()} | stored_mistakes(case, inputs)
+    expected = {k: v.detach() for k, v in case.oracle({k: v.clone() for k, v in inputs.items()}).items()}
+    return expected | stored_mistakes(case, inputs, expected)
 
 
-def stored_mistakes(case: Case, inputs: Tensors) -> Tensors:
+def stored_mistakes(case: Case, inputs: Tensors, expected: Tensors) -> Tensors:
     """The outputs of each staff-only mistake of the case (its code a "module:attribute" string: left out of the
-    handout) on the case's inputs, as the diagnosis would compute them, for the students' run to read."""
+    handout) on the case's inputs, as the diagnosis would compute them, for the students' run to read; none of a
+    mistake that the case cannot show."""
     stored: Tensors = {}
     for mistake in case.mistakes:
         if not staff_only(mistake) or (mistake.dtypes and case.dtype not in mistake.dtypes):
@@ -72,18 +73,38 @@ def stored_mistakes(case: Case, inputs: Tensors) -> Tensors:
         adapter = getattr(case.adapter_call, "adapter", None)  # the one adapter a declared case calls
         if adapter is not None and adapter not in mistake.adapters:
             continue  # a mistake of the problem's other adapter (SiLU's, on a SwiGLU case)
-        if "." in mistake.name or any(k.startswith(f"{STORED}{mistake.name}.") for k in stored):
-            raise ValueError(f"{case.id}: a staff-only mistake needs a name of its own without dots: {mistake.name!r}")
+        name = mistake.stored_name
+        if "." in name or any(k.startswith(f"{STORED}{name}.") for k in stored):
+            raise ValueError(
+                f"{case.id}: a staff-only mistake needs a name without dots, and a `variant` of its own where several "
+                f"share it: {name!r}"
+            )
         dtype = case.dtype if mistake.in_case_dtype else torch.float64
         args = case.prepare({k: v.clone() for k, v in inputs.items()}, torch.device("cpu"), dtype=dtype, layout=False)
         wrong = SimpleNamespace(**{name: resolve(code) for name, code in mistake.adapters.items()})
         outputs = case.call(wrong, args)
+        if not shows_anywhere(case, outputs, expected):
+            continue
         stored |= {
-            f"{STORED}{mistake.name}.{k}": v.detach()
+            f"{STORED}{name}.{k}": v.detach()
             for k, v in outputs.items()
             if isinstance(v, torch.Tensor) and not k.startswith("after.")
         }
     return stored
+
+
+def shows_anywhere(case: Case, outputs: Tensors, expected: Tensors) -> bool:
+    """Whether a mistake's outputs differ from the expected ones beyond the case's tolerance (or in shape) anywhere:
+    where none does, no failure of the case can name it (diagnosis.shows), and its outputs need not be stored."""
+    if callable(case.tolerance):
+        return True  # a tolerance the check works out on its device (half precision's): kept, to be safe
+    values, grads = case.tolerance[case.dtype]
+    return any(
+        value.shape != expected[name].shape
+        or not agrees(value, expected[name], grads if name.startswith("grad.") else values)
+        for name, value in outputs.items()
+        if name in expected and isinstance(value, torch.Tensor)
+    )
 
 
 def provenance(case: Case, oracle: str = ORACLE) -> dict[str, str]:
@@ -130,6 +151,9 @@ class Agreement:
 
     gaps: dict[str, float] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
+    # the fixture's tensors with its stored inputs and expected values kept, where those still are what the case
+    # makes (within rounding) and only the staff-only mistakes' outputs are not: a new mistake changes no answer
+    answers_kept: Tensors | None = None
 
     def compare(self, kind: str, fresh: Tensors, stored: Tensors, tolerance: float, source: str) -> bool:
         """Record the gaps of `kind` ("input" or "expected"); False if the tensors are not even alike."""
@@ -168,8 +192,18 @@ def agreement(case: Case, inputs: Tensors, expected: Tensors, meta: dict[str, st
             found.problems.append(f"its provenance says {key} {meta.get(key)!r}, the case says {want[key]!r}")
     if found.compare("input", case.make_inputs(case.seed), inputs, INPUT_ULPS, "the inputs its seed makes"):
         made = oracle_of_copies(case, inputs)  # the stored inputs: the ones the students' code gets
-        found.compare("expected", made, expected, EXPECTED_ULPS, "what the oracle makes of the stored inputs")
+        (made_answers, made_mistakes), (answers, mistakes) = mistakes_apart(made), mistakes_apart(expected)
+        source = "what the oracle makes of the stored inputs"
+        if found.compare("expected", made_answers, answers, EXPECTED_ULPS, source) and not found.problems:
+            found.answers_kept = prefixed("input.", inputs) | prefixed("expected.", answers | made_mistakes)
+        found.compare("expected", made_mistakes, mistakes, EXPECTED_ULPS, "what its mistakes make of them")
     return found
+
+
+def mistakes_apart(expected: Tensors) -> tuple[Tensors, Tensors]:
+    """The expected values, and the staff-only mistakes' outputs stored beside them ("mistake.<name>.<output>")."""
+    mistakes = {k: v for k, v in expected.items() if k.startswith(STORED)}
+    return {k: v for k, v in expected.items() if k not in mistakes}, mistakes
 
 
 def examine(store: FixtureStore, case: Case, oracle: str = ORACLE) -> Agreement:
@@ -229,7 +263,8 @@ class Regenerated:
 
 
 def regenerate_store(store: FixtureStore, cases: list[Case], oracle: str = ORACLE) -> Regenerated:
-    """Make `store` hold one fixture per case: the stored file where it passes `why_remake`, else a new one."""
+    """Make `store` hold one fixture per case: the stored file where it passes `why_remake`, else a new one (with
+    the stored inputs and expected values where only the staff-only mistakes' outputs changed)."""
     done = Regenerated(store.root)
     blobs = {}
     for case in cases:
@@ -239,8 +274,9 @@ def regenerate_store(store: FixtureStore, cases: list[Case], oracle: str = ORACL
             blobs[case.id] = store.path(case.id).read_bytes()
             done.kept.append(case.id)
         else:
-            blobs[case.id] = encode(fixture_tensors(case), provenance(case, oracle))
-            done.written[case.id] = "; ".join(found.problems)
+            blobs[case.id] = encode(found.answers_kept or fixture_tensors(case), provenance(case, oracle))
+            kept = "; its inputs and expected values kept as stored" if found.answers_kept else ""
+            done.written[case.id] = "; ".join(found.problems) + kept
     done.removed = store.write_blobs(blobs)
     return done
 

@@ -12,7 +12,8 @@ A region at the top level of a module (a helper of the solution) is removed whol
 are the imports only the solution used. The student's files are cut, and so is the study kernel
 (STUDY_SOLUTIONS: tooling, but a solution; writing it is an extra for students). The hidden
 cases and the paths in `handout_exclude` are left out; `handout_readme` (a file in the
-repository) becomes the handout's README.md.
+repository) becomes the handout's README.md. The check refuses a handout that would carry an
+oracle or a known mistake computing an answer a student could copy (casecheck.shipped_answers).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from pathlib import Path
 import torch
 
 from cs_basics.harness.config import Assignment
-from cs_basics.harness.course import classroom
+from cs_basics.harness.course import casecheck, classroom
 from cs_basics.harness.grading.grade import grade, student_files
 
 BEGIN, END = "# BEGIN SOLUTION", "# END SOLUTION"
@@ -246,6 +247,7 @@ def check(assignment: Assignment, out: Path, removed: list[str]) -> list[str]:
     ):
         problems.append("the hidden cases are in the handout")
     problems += check_readme(assignment, out) + check_ruff(out)
+    problems += casecheck.shipped_answers(assignment)  # an oracle or known mistake a student could copy
     problems += check_pytest(out)
     device = torch.device("cpu")
     handout_grade = grade(assignment, out, device)

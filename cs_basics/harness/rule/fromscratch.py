@@ -200,7 +200,7 @@ class FromScratch:
 
     @cached_property
     def scanned(self) -> dict[str, tuple[list[Use], list[Construct]]]:
-        """Each problem's forbidden names in the code its adapter reaches, and the constructs that reach into
+        """Each problem's forbidden names in the code its adapters reach, and the constructs that reach into
         the interpreter in the code that runs for it (scan.scan, in a bounded process). Raises Unreadable
         when the code cannot be read within the scan's bounds."""
         if self._reading is None:
@@ -221,7 +221,7 @@ class FromScratch:
             "files": [str(f) for f in student_files(self.assignment, self.code)],
             "adapters": self.assignment.adapters_module,
             "adapters_path": str(self.code / (self.assignment.adapters_module.replace(".", "/") + ".py")),
-            "problems": {name: [p.adapter, list(p.forbidden)] for name, p in self.assignment.problems.items()},
+            "problems": {name: [list(p.adapters), list(p.forbidden)] for name, p in self.assignment.problems.items()},
         }
 
     @property

@@ -4,7 +4,7 @@ The code is parsed, never imported. Imports are followed so that aliases resolve
 (`import torch.nn.functional as F` makes `F.softmax` read `torch.nn.functional.softmax`;
 `from torch import softmax as s` makes `s` read `torch.softmax`; `getattr(torch, "softmax")`
 reads `torch.softmax`). A use counts against a problem only where that problem's function can
-reach it: starting from the problem's adapter, through the functions and classes it names in
+reach it: starting from each of the problem's adapters, through the functions and classes they name in
 the student's modules (a name-based call graph), and the module-level code of the modules it
 reaches. A method called on something the scan cannot resolve (`self.softmax(x)`,
 `scores.softmax(-1)`) is not a use: the run-time record (record.py) decides those. Patterns are
@@ -918,10 +918,11 @@ def depth(tree: ast.AST) -> int:
 
 
 def scan(job: dict) -> dict[str, tuple[list[Use], list[Construct]]]:
-    """Each problem's forbidden names in the code its adapter reaches, and the constructs that reach into the
+    """Each problem's forbidden names in the code its adapters reach, and the constructs that reach into the
     interpreter in all the code that runs for it (what the adapters module imports runs for every problem).
     `job`: "code" (the folder), "files" (the student's files under it), "adapters" (module name),
-    "adapters_path" and "problems" (name -> [adapter function, forbidden patterns])."""
+    "adapters_path" and "problems" (name -> [its adapter functions, forbidden patterns]): a problem may have
+    several adapters (SiLU's and SwiGLU's), and the scan walks from each."""
     code = Path(job["code"])
     try:
         program = Program.parse(code, [Path(f) for f in job["files"]])
@@ -935,9 +936,9 @@ def scan(job: dict) -> dict[str, tuple[list[Use], list[Construct]]]:
         return {}
     imported = list(adapters.aliases.values())
     found = {}
-    for name, (adapter, forbidden) in job["problems"].items():
+    for name, (functions, forbidden) in job["problems"].items():
         try:
-            entries = entry_points(adapters, program, adapter)
+            entries = [entry for function in functions for entry in entry_points(adapters, program, function)]
             uses = program.uses(program.reachable(entries), forbidden)[:USES_KEPT]
             runs = program.runs(entries, imported)
             held = [c for m, nodes in runs.items() for c in constructs(program.modules[m], program, nodes)]
