@@ -112,13 +112,7 @@ def gradescope_jobs(gradescope_image, tmp_path_factory) -> dict[str, platforms.J
 PLATFORMS = ["prairielearn", "gradescope"]
 # what the lab saw fail, by test and platform, and whose fix it waits for (each strict: a fix makes it pass,
 # and the marker must then go)
-WAITS_FOR = {
-    ("spy", "prairielearn"): f"{PACKAGING_HELPER} and {SANDBOX_HELPER}",
-    ("spy", "gradescope"): f"{PACKAGING_HELPER} and {SANDBOX_HELPER}",
-    ("forged", "prairielearn"): TEXT_HELPER,
-    ("forged", "gradescope"): TEXT_HELPER,
-    ("hungry", "gradescope"): MEMORY_HELPER,
-}
+WAITS_FOR: dict[tuple[str, str], str] = {}  # none waits: every failure the lab saw is fixed
 
 
 @pytest.fixture(params=PLATFORMS)
@@ -314,7 +308,6 @@ def test_github_actions_grades_as_the_runners_user(github_actions_job):
     assert classroom_points(github_actions_job, "reference") == FULL
 
 
-@pytest.mark.xfail(strict=True, reason=TEXT_HELPER)
 def test_github_actions_takes_forged_text_and_lone_surrogates(github_actions_job):
     found = classroom_points(github_actions_job, "forged")
     assert found["scaled_dot_product_attention"] < 5
@@ -368,7 +361,6 @@ def kubernetes_job(tmp_path_factory, built) -> platforms.Job:
     return done
 
 
-@pytest.mark.xfail(strict=True, reason=f"{PACKAGING_HELPER}: the Dockerfile of the cluster image")
 def test_kubernetes_grades_every_submission_in_the_recipes_pod(kubernetes_job):
     assert kubernetes_job.status == 0, kubernetes_job.log[-3000:]
     by_name = {name: json.loads(data) for name, data in kubernetes_job.files.items() if name.endswith(".json")}

@@ -60,7 +60,15 @@ def host_cas() -> list[Path]:
     return sorted(Path("/usr/local/share/ca-certificates").glob("*.crt"))
 
 
-BOOKWORM = Base("docker.io/library/debian:bookworm-slim", "bookworm", "http://deb.debian.org/debian")
+# PrairieLearn's Dockerfile installs uv with pip from PyPI: the base trusts this machine's own authorities as the
+# jammy one does (Debian's pip reads the system's store); the Dockerfile itself is built as it stands
+BOOKWORM = Base(
+    "docker.io/library/debian:bookworm-slim",
+    "bookworm",
+    "http://deb.debian.org/debian",
+    include=("ca-certificates",),
+    host_cas=True,
+)
 UBUNTU = "http://archive.ubuntu.com/ubuntu"
 JAMMY = Base(
     "localhost/gradescope-like:jammy",
