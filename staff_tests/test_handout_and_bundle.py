@@ -252,10 +252,11 @@ def test_autograder_bundle_grades_a_submission_in_a_simulated_autograder_tree(as
         assert attention and all("RuntimeError: boom" in t["output"] for t in attention)
 
 
-def test_a_course_with_a_path_dependency_outside_it_installs_and_grades_wherever_it_is_unpacked(tmp_path):
-    """The example next assignment depends on this harness by path (`../..`): the zip carries the harness (its
+@pytest.mark.parametrize("name", ["multihead_attention", "transformer_blocks"])
+def test_a_course_with_a_path_dependency_outside_it_installs_and_grades_wherever_it_is_unpacked(tmp_path, name):
+    """Each example next assignment depends on this harness by path (`../..`): the zip carries the harness (its
     handout: no solution), and pyproject.toml and uv.lock name it where it is carried."""
-    example = Assignment.find(ROOT / "examples" / "multihead_attention")
+    example = Assignment.find(ROOT / "examples" / name)
     zipped = tmp_path / "autograder.zip"
     names = bundle.build(example, zipped)
     carried = [n for n in names if n.startswith("path_dependencies/cs-basics/")]
@@ -267,8 +268,9 @@ def test_a_course_with_a_path_dependency_outside_it_installs_and_grades_wherever
     with unpacked(zipped) as autograder:
         set_up(autograder)
         folder = tmp_path / "reference"
-        shutil.copytree(example.root / "cs_basics_mha", folder / "cs_basics_mha", ignore=IGNORE)
-        shutil.copytree(ROOT / "cs_basics", folder / "cs_basics", ignore=IGNORE)
+        for package in example.student_code:  # the example's own, or this course's it builds on (cs_basics)
+            found = example.root / package if (example.root / package).exists() else ROOT / package
+            shutil.copytree(found, folder / package, ignore=IGNORE)
         total = sum(p.points for p in example.problems.values())
         assert run_autograder(autograder, folder)["score"] == pytest.approx(total)
 

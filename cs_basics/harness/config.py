@@ -182,17 +182,29 @@ class Assignment:
         found = importlib.import_module(module)
         if self._holds(found):
             return found
-        package = module.partition(".")[0]
-        others = {name: m for name, m in sys.modules.items() if name == package or name.startswith(f"{package}.")}
+        # every package the assignment holds (its hidden cases import its tests.cases, say), not only `module`'s
+        ours = {module.partition(".")[0]} | {
+            p.stem if p.suffix == ".py" else p.name
+            for p in self.root.iterdir()
+            if p.suffix == ".py" or (p / "__init__.py").is_file()
+        }
+
+        def loaded() -> list[str]:
+            return [name for name in sys.modules if name.partition(".")[0] in ours]
+
+        # only another root's modules step aside (this one's, the harness in this repository say, stay as they are)
+        others = {name: sys.modules[name] for name in loaded() if not self._holds(sys.modules[name])}
         for name in others:
             del sys.modules[name]
+        kept = set(sys.modules)
         sys.path.insert(0, str(self.root))
         try:
             return importlib.import_module(module)
         finally:
             sys.path.remove(str(self.root))
-            for name in [n for n in sys.modules if n == package or n.startswith(f"{package}.")]:
-                del sys.modules[name]
+            for name in loaded():
+                if name not in kept:
+                    del sys.modules[name]
             sys.modules.update(others)
 
     def _holds(self, module: ModuleType) -> bool:
