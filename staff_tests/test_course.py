@@ -460,3 +460,20 @@ def test_the_kubernetes_jobs_commands_grade_their_shard_and_the_merge_names_the_
     assert "1 of 2 submissions have no completed grade; re-run shards 4 (" in merged.stderr
     assert "  alice (shard 4/8): no results file" in merged.stderr
     assert (tmp_path / "results/all/bob.json").is_file()
+
+
+def test_a_folder_of_bare_uploads_is_graded_as_a_course(tmp_path, capsys, no_array_job):
+    """Gradescope's export of a course's submissions, and the Kubernetes recipe's: each student's folder holds the
+    files they uploaded (functional.py), not the course's layout; each is laid out as one upload is."""
+    folder = tmp_path / "submissions"
+    (folder / "alice").mkdir(parents=True)
+    shutil.copy(ROOT / "cs_basics" / "nn" / "functional.py", folder / "alice" / "functional.py")
+    (folder / "bob").mkdir()
+    (folder / "bob" / "functional.py").write_text("this is not Python\n")
+    out = tmp_path / "results"
+    assert (
+        main(["grade", "--project", str(ROOT), "--submission", str(folder), "--results", str(out), "--shard", "1/1"])
+        == 0
+    )
+    scores = {who: read_results(out / f"{who}.json")["score"] for who in ("alice", "bob")}
+    assert scores == {"alice": pytest.approx(6.0), "bob": 0}

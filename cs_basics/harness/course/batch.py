@@ -38,23 +38,33 @@ from cs_basics.harness.device import choose_device
 from cs_basics.harness.grading.command import grade_safely, limits_from, stopping_on_signals
 from cs_basics.harness.grading.results import printable, write_results
 from cs_basics.harness.grading.sandbox import STOP, StaffError, Worker
+from cs_basics.harness.grading.upload import NotGradable, laid_out, written_files
 
 
-def has_student_code(assignment: Assignment, folder: Path) -> bool:
-    return any((folder / rel).exists() for rel in assignment.student_code)
+def has_student_code(assignment: Assignment, folder: Path, uploaded: list[Path] | None = None) -> bool:
+    """The student code laid out as in the course, or uploaded bare (a file the student writes, by its name,
+    as Gradescope's export of a course's submissions holds them)."""
+    uploaded = written_files(assignment) if uploaded is None else uploaded
+    return any((folder / rel).exists() for rel in assignment.student_code) or any(
+        (folder / rel.name).is_file() for rel in uploaded
+    )
 
 
 def is_batch(assignment: Assignment, folder: Path) -> bool:
     """A folder of submissions: no student code of its own, but subfolders that have some."""
-    if has_student_code(assignment, folder) or not folder.is_dir():
+    uploaded = written_files(assignment)
+    if not folder.is_dir() or has_student_code(assignment, folder, uploaded):
         return False
-    return any(sub.is_dir() and has_student_code(assignment, sub) for sub in folder.iterdir())
+    return any(sub.is_dir() and has_student_code(assignment, sub, uploaded) for sub in folder.iterdir())
 
 
 def grade_planned(assignment: Assignment, planned: Planned, device: torch.device, worker: Worker) -> dict:
     """Grade one submission of the batch; its results file carries the fingerprint once grading completed."""
     try:
-        result = grade_safely(assignment, planned.submission, planned.results, device, worker.limits, worker=worker)
+        with laid_out(assignment, planned.submission) as folder:  # bare uploads, as one submission's are
+            result = grade_safely(assignment, folder, planned.results, device, worker.limits, worker=worker)
+    except NotGradable as err:
+        result = f"not gradable: {err}"
     except StaffError as err:  # the grading server failed under it: its file says so, not a bare placeholder 0
         not_graded(planned, f"not graded: {err}")
         raise
