@@ -239,6 +239,9 @@ def github_actions(image: str, handout: Path, step: dict, sources: dict[str, str
     # the checkout's .venv kept between runs of the lab (a runner whose workflow caches .venv): a cold lab
     # copies torch's wheels into it once, a warm one syncs only the handout's own project
     venv = cache.parent / f"runner-venv-{digest((handout / 'uv.lock').read_bytes())}"
+    for stale in cache.parent.glob("runner-venv-*"):  # made for another lock: 5 GB each, kept for nothing
+        if stale != venv:
+            shutil.rmtree(stale, ignore_errors=True)
     if not venv.exists():
         venv.mkdir()
         os.chown(venv, *(int(n) for n in RUNNER.split(":")))
