@@ -39,10 +39,6 @@ pytestmark = [
 FULL = {"softmax": 1.0, "scaled_dot_product_attention": 5.0}
 GRADESCOPE_VISIBILITY = {"hidden", "after_due_date", "after_published", "visible"}
 PL_LIMIT = 1 << 20  # apps/grader-host: "The grading results were larger than 1MB"
-SANDBOX_HELPER = "the `sandbox` helper's fix (issue 35: the fallback's kill, the hidden phase's own folder)"
-PACKAGING_HELPER = "the `packaging` helper's fix (issue 35: no solution in the bundle or serverFilesCourse)"
-MEMORY_HELPER = "the `memory` helper's fix (issue 35: the child's limit below the container's cgroup limit)"
-TEXT_HELPER = "the `text` helper's fix (issue 35: lone surrogates and NUL in every file)"
 
 
 # ---------------------------------------------------------------- the images, built once per machine
