@@ -137,7 +137,7 @@ def test_a_line_of_evidence_that_never_arrived_holds_the_problem(assignment):
     assert whole.runs["softmax-dim_0"].record.cut_off == [CUT_OFF]
 
 
-# descriptors the code closes (every pipe it has but its standard ones), then library arithmetic: the line
+# descriptors the code closes (every pipe and socket it has but its standard ones), then library arithmetic: the line
 # that says so cannot be written, and the child ends at once
 CLOSES_THE_CHANNEL = """
 import os
@@ -147,7 +147,8 @@ import stat
 def softmax(in_features, dim):
     for fd in range(3, 256):
         try:
-            if stat.S_ISFIFO(os.fstat(fd).st_mode):
+            mode = os.fstat(fd).st_mode
+            if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
                 os.close(fd)
         except OSError:
             pass
@@ -351,3 +352,19 @@ def test_honest_code_run_through_the_grader_keeps_every_point(assignment, tmp_pa
     header = "import einops  # noqa: F401\n"
     result = run(assignment, student(tmp_path, header + source(SOFTMAX_FROM_SCRATCH, attention_with(INLINE_WEIGHTS))))
     assert scores(result) == pytest.approx({SOFTMAX: 1.0, ATTENTION: 5.0}), [t.output for t in result.tests]
+
+
+def test_the_progress_channel_cannot_be_reopened_to_take_evidence_back():
+    """The child's end of the progress channel, where its evidence goes, cannot be opened again for reading
+    through /proc (a pipe's can: a thread of the student's code could then read each line before the grader)."""
+    from cs_basics.harness.grading.attempts import channel
+
+    ours, theirs = channel()
+    try:
+        with pytest.raises(OSError):
+            open(f"/proc/self/fd/{theirs}", "rb").close()
+        os.write(theirs, b'{"event": "ready"}\n')
+        assert os.read(ours, 100) == b'{"event": "ready"}\n'
+    finally:
+        os.close(ours)
+        os.close(theirs)

@@ -11,6 +11,7 @@ import queue
 import select
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -70,6 +71,16 @@ class Lines:
             self.buffer, self.skipping = b"", True
 
 
+def channel() -> tuple[int, int]:
+    """The progress channel, on which the child sends its reports and the rule's evidence as it is seen
+    (rule/evidence.py): a socket pair, not a pipe, since a pipe's write end can be opened again for reading
+    through /proc/self/fd, where a thread of the student's code could take the evidence back off it before the
+    grader reads it; a socket cannot be opened through /proc. (reading end, writing end)"""
+    ours, theirs = socket.socketpair()
+    theirs.shutdown(socket.SHUT_RD)  # the child only writes on it
+    return ours.detach(), theirs.detach()
+
+
 class Attempt:
     """One child over some cases: its progress events, its output, how it ended."""
 
@@ -77,7 +88,7 @@ class Attempt:
         self.worker, self.log = worker, log
         self.server = worker.ensure_server()
         self.id = job["id"]
-        progress_r, progress_w = os.pipe()
+        progress_r, progress_w = channel()
         output_r, output_w = os.pipe()
         go_r, self.go_w = os.pipe()  # a line on it: the inputs of the child's cases are written (see go)
         worker.none_left = False

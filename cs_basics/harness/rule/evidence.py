@@ -4,7 +4,7 @@ The record (record.py) lives in the process the student's code runs in, and that
 any Python object it reaches. So in the grader's child each piece of evidence leaves the process the
 moment it is seen: a forbidden operator that ran or was refused, a library function off the glue list
 that computed for the student's code, a switch of the record, a process started. Each is one JSON line
-written to the progress pipe, the descriptor the grader reads: nothing done later to the process's
+written to the progress channel (a socket pair), the descriptor the grader reads: nothing done later to the process's
 objects (emptying the record's lists, replacing the watch or the reporter) takes a line back. (The pipe
 itself can be reopened for reading through /proc and raced for its lines: docs/grading.md, Not defended.)
 
