@@ -140,7 +140,7 @@ def test_a_deep_folder_and_100000_files_beside_a_right_solution_keep_its_points(
 
 
 def test_a_300_mb_exception_in_attention_leaves_softmax_its_points(assignment, worker, tmp_path):
-    """The child cuts each message before it sends it: no case's error fills the progress pipe, and the
+    """The child cuts each message before it sends it: no case's error fills the progress channel, and the
     cases after it (softmax's hidden ones among them) run."""
     folder = submission(tmp_path, wrap_attention('raise ValueError("x" * 300_000_000)'))
     status, data, _ = graded(assignment, worker, folder, tmp_path / "results.json")
@@ -154,14 +154,15 @@ def test_a_300_mb_exception_in_attention_leaves_softmax_its_points(assignment, w
 
 def test_a_case_whose_report_is_lost_fails_alone(assignment, worker, tmp_path):
     """The first attention case of each process (public, then hidden) writes 100 KiB with no newline to the
-    progress pipe, so the grader drops the line that reports it: that case fails with a message saying so,
+    progress channel, so the grader drops the line that reports it: that case fails with a message saying so,
     every other case keeps its points."""
     lose_report = """
     import os
     if not os.path.exists("lost"):  # once (a file in the job's own folder: globals() would hold the problem)
         open("lost", "w").close()
         for _fd in map(int, os.listdir("/proc/self/fd")):
-            if _fd > 2 and os.path.exists(f"/proc/self/fd/{_fd}") and "pipe" in os.readlink(f"/proc/self/fd/{_fd}"):
+            _link = os.readlink(f"/proc/self/fd/{_fd}") if os.path.exists(f"/proc/self/fd/{_fd}") else ""
+            if _fd > 2 and _link.startswith(("pipe:", "socket:")):  # the progress channel among them
                 os.write(_fd, b"x" * (100 << 10))
     """
     folder = submission(tmp_path, wrap_attention(lose_report))

@@ -137,18 +137,42 @@ def test_a_line_of_evidence_that_never_arrived_holds_the_problem(assignment):
     assert whole.runs["softmax-dim_0"].record.cut_off == [CUT_OFF]
 
 
-# descriptors the code closes (every pipe and socket it has but its standard ones), then library arithmetic: the line
-# that says so cannot be written, and the child ends at once
-CLOSES_THE_CHANNEL = """
+# the code shuts every socket it has for writing (the channel is one: closing it is refused), then library
+# arithmetic: the line that says so cannot be written, and the child ends at once
+SHUTS_THE_CHANNEL = """
 import os
+import socket
 import stat
 
 
 def softmax(in_features, dim):
     for fd in range(3, 256):
         try:
-            mode = os.fstat(fd).st_mode
-            if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
+            if stat.S_ISSOCK(os.fstat(fd).st_mode):
+                socket.socket(fileno=os.dup(fd)).shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+    logits = torch.distributions.Categorical(logits=in_features.movedim(dim, -1)).logits
+    return logits.exp().movedim(-1, dim)
+"""
+
+# the code puts /dev/null in place of every pipe and socket it has but its standard ones, so that the evidence
+# would go nowhere (and a report of its own could be forged on a descriptor put there), then library arithmetic
+REPLACES_THE_CHANNEL = """
+import os
+import stat
+
+
+def softmax(in_features, dim):
+    null = os.open(os.devnull, os.O_WRONLY)
+    for fd in range(3, 256):
+        try:
+            if fd != null and (stat.S_ISFIFO(os.fstat(fd).st_mode) or stat.S_ISSOCK(os.fstat(fd).st_mode)):
+                os.dup2(null, fd)
+        except OSError:
+            pass
+        try:
+            if fd != null and stat.S_ISSOCK(os.fstat(fd).st_mode):
                 os.close(fd)
         except OSError:
             pass
@@ -158,11 +182,69 @@ def softmax(in_features, dim):
 
 
 @pytest.mark.parametrize("sandbox", SANDBOXES)
-def test_a_channel_closed_before_library_arithmetic_holds_the_problem(assignment, tmp_path, sandbox):
-    functional = source(CLOSES_THE_CHANNEL, attention_with(INLINE_WEIGHTS))
+def test_a_channel_shut_before_library_arithmetic_holds_the_problem(assignment, tmp_path, sandbox):
+    functional = source(SHUTS_THE_CHANNEL, attention_with(INLINE_WEIGHTS))
     got, first = graded(assignment, tmp_path, functional, sandbox)
     assert got[SOFTMAX] == 0.0 and got[ATTENTION] == pytest.approx(5.0), first
     assert HELD in first[SOFTMAX] and CUT_OFF in first[SOFTMAX], first[SOFTMAX]
+
+
+@pytest.mark.parametrize("sandbox", SANDBOXES)
+def test_the_channel_cannot_be_closed_or_replaced_so_the_evidence_arrives(assignment, tmp_path, sandbox):
+    """dup2 over the channel and close of it are refused by the kernel: the library arithmetic after them is
+    seen and named (had the descriptor been replaced, the evidence and the report would have gone nowhere)."""
+    functional = source(REPLACES_THE_CHANNEL, attention_with(INLINE_WEIGHTS))
+    got, first = graded(assignment, tmp_path, functional, sandbox)
+    assert got[SOFTMAX] == 0.0 and got[ATTENTION] == pytest.approx(5.0), first
+    assert HELD in first[SOFTMAX] and "Categorical.__init__" in first[SOFTMAX], first[SOFTMAX]
+    assert CUT_OFF not in first[SOFTMAX], first[SOFTMAX]
+
+
+GUARD_CHECK = """
+import errno, importlib.util, os, socket, sys
+spec = importlib.util.spec_from_file_location("child", sys.argv[1])
+child = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(child)
+ours, theirs = (s.detach() for s in socket.socketpair())
+other_read, other_write = os.pipe()
+if not child.guard_channel(theirs):
+    print("no filter"); sys.exit()
+null = os.open(os.devnull, os.O_WRONLY)
+answers = {}
+for name, call in {
+    "dup2": lambda: os.dup2(null, theirs),
+    "dup3": lambda: os.dup2(null, theirs, inheritable=False),
+    "close": lambda: os.close(theirs),
+    "closerange": lambda: os.closerange(theirs, theirs + 1),
+    "dup2 elsewhere": lambda: os.dup2(null, other_write),
+    "close elsewhere": lambda: os.close(other_read),
+}.items():
+    try:
+        call()
+        answers[name] = "done"
+    except OSError as err:
+        answers[name] = errno.errorcode[err.errno]
+os.write(theirs, b"still the channel")
+print(sorted(answers.items()), os.read(ours, 100))
+"""
+
+
+def test_the_guard_refuses_closing_or_replacing_the_channel_and_nothing_else(tmp_path):
+    """In a process of its own (a seccomp filter is for good): close and dup2/dup3 over the guarded descriptor
+    are refused, close_range over it leaves it open, and the same calls on any other descriptor work."""
+    child = ROOT / "cs_basics/harness/grading/child.py"
+    done = subprocess.run([sys.executable, "-c", GUARD_CHECK, str(child)], capture_output=True, text=True, timeout=120)
+    if done.stdout.strip() == "no filter":
+        pytest.skip("no seccomp filter for this machine")
+    expected = [
+        ("close", "EPERM"),
+        ("close elsewhere", "done"),
+        ("closerange", "done"),
+        ("dup2", "EPERM"),
+        ("dup2 elsewhere", "done"),
+        ("dup3", "EPERM"),
+    ]
+    assert done.stdout.strip() == f"{expected} {b'still the channel'!r}", done.stdout + done.stderr
 
 
 def test_the_refusal_is_registered_where_python_cannot_reach_it_and_checked_at_each_case_end():

@@ -49,7 +49,7 @@ class ChildLog:
 
 
 class Lines:
-    """JSON events from the progress pipe: lines longer than `longest` dropped, at most `budget` bytes read."""
+    """JSON events from the progress channel: lines longer than `longest` dropped, at most `budget` bytes read."""
 
     def __init__(self, longest: int, budget: int):
         self.longest, self.budget = longest, budget

@@ -4,7 +4,7 @@ Loaded by path, never as part of `cs_basics` (the student's package has that nam
 `run_job` runs, the child is isolated and runs as the job's uid. It checks that this uid can read
 the whole Python environment (else the staff must act, and no student code has run), imports the
 submission, and for each case computes the outputs (and gradients) under the record of operators,
-writes them to `out/<case>.safetensors` and reports progress as JSON lines on the progress pipe.
+writes them to `out/<case>.safetensors` and reports progress as JSON lines on the progress channel.
 It decides nothing: the grader compares and scores.
 """
 
@@ -173,6 +173,7 @@ def run_job(job: dict, progress: int, isolated: bool, import_paths: list[str], g
 
     record.install()  # before the submission's code runs: threads it starts are recorded too
     forbid_group_signals()
+    guard_channel(progress)  # the evidence goes to the descriptor the grader reads, and only there
     if job["limits"].get("threads"):
         torch.set_num_threads(job["limits"]["threads"])
     groups = cases_by_rule(job)
@@ -220,7 +221,7 @@ def run_group(
 
     rule = job["rule"]
     code = Path(job["dir"]) / "code"
-    # the evidence leaves this process as it is seen, on the progress pipe; the refusal belongs to no Python object
+    # the evidence leaves this process as it is seen, on the progress channel; the refusal belongs to no Python object
     channel = Channel(report.fd)
     refusal = record.remove_operators(forbidden_ops, channel, for_good=True)
     frames = record.StudentFrames(code, record.student_predicate(rule["student_code"], rule["excluded"]))
@@ -344,6 +345,53 @@ def group_signal_program(machine: str) -> list[tuple[int, int, int, int]] | None
 def forbid_group_signals() -> bool:
     """From here on this process and what it starts may signal no process group (see group_signal_program)."""
     program = group_signal_program(os.uname().machine) if sys.platform.startswith("linux") else None
+    return install_filter(program)
+
+
+# the calls that free or replace a descriptor: (close, dup2 (None: aarch64 has only dup3), dup3, close_range)
+DESCRIPTOR_CALLS = {"x86_64": (3, 33, 292, 436), "aarch64": (57, None, 24, 436)}
+BPF_ALU_AND_K, BPF_JGT_K = 0x54, 0x25
+
+
+def channel_guard_program(machine: str, fd: int) -> list[tuple[int, int, int, int]] | None:
+    """Refuse (EPERM) close(fd), dup2(_, fd) and dup3(_, fd, _), and answer close_range over fd with ENOSYS
+    (C libraries and CPython then close the others one by one): the evidence channel stays the descriptor the
+    grader reads, so no line can be sent elsewhere and no report forged on a descriptor put in its place. A
+    system call of another ABI is refused (x32's numbers are x86_64's with X32_BIT set: masked off)."""
+    if machine not in SYSCALLS:
+        return None
+    close, dup2, dup3, close_range = DESCRIPTOR_CALLS[machine]
+    allow, deny, enosys = RET_ALLOW, RET_ERRNO | errno.EPERM, RET_ERRNO | errno.ENOSYS
+    first_arg, second_arg = 16, 24  # args[0] and args[1], low halves (unsigned ints)
+    calls = [(BPF_JEQ_K, "first", None, close), (BPF_JEQ_K, "second", None, dup3)]
+    calls += [(BPF_JEQ_K, "second", None, dup2)] if dup2 is not None else []
+    body = [(BPF_LD_W_ABS, None, None, 4), (BPF_JEQ_K, None, "deny", SYSCALLS[machine][0])]
+    body += [(BPF_LD_W_ABS, None, None, 0), (BPF_ALU_AND_K, None, None, ~X32_BIT & 0xFFFFFFFF), *calls]
+    body += [(BPF_JEQ_K, None, "allow", close_range)]
+    blocks = {
+        "range": [(BPF_LD_W_ABS, None, None, first_arg), (BPF_JGT_K, "allow", None, fd)],
+        "range_last": [(BPF_LD_W_ABS, None, None, second_arg), (BPF_JGE_K, "enosys", "allow", fd)],
+        "first": [(BPF_LD_W_ABS, None, None, first_arg), (BPF_JEQ_K, "deny", "allow", fd)],
+        "second": [(BPF_LD_W_ABS, None, None, second_arg), (BPF_JEQ_K, "deny", "allow", fd)],
+    }
+    at = {}
+    for label, block in blocks.items():
+        at[label] = len(body)
+        body += block
+    returns = {"allow": allow, "deny": deny, "enosys": enosys}
+    for i, label in enumerate(returns):
+        at[label] = len(body) + i
+
+    def offset(label: str | None, index: int) -> int:
+        return 0 if label is None else at[label] - index - 1
+
+    program = [(code, offset(jt, i), offset(jf, i), k) for i, (code, jt, jf, k) in enumerate(body)]
+    return program + [(BPF_RET_K, 0, 0, value) for value in returns.values()]
+
+
+def guard_channel(fd: int) -> bool:
+    """From here on this process and what it forks can neither close `fd` nor put another file in its place."""
+    program = channel_guard_program(os.uname().machine, fd) if sys.platform.startswith("linux") else None
     return install_filter(program)
 
 

@@ -31,8 +31,8 @@ class Limits:
     tmp_mb: int = 512  # what the job's /tmp, /var/tmp, /dev/shm and working folder hold together (memory)
     output_kb: int = 64  # how much of the child's stdout and stderr is kept
     processes: int = 256  # RLIMIT_NPROC, when the child runs under its own uid
-    progress_line_kb: int = 64  # a longer line on the progress pipe is dropped
-    progress_mb: int = 16  # the most the grader reads from the progress pipe of one job
+    progress_line_kb: int = 64  # a longer line on the progress channel is dropped
+    progress_mb: int = 16  # the most the grader reads from the progress channel of one job
     # torch's threads in the child (0: torch's default, one per core). A batch gives each of its workers its
     # share of the cores: two children of two threads each on two cores spin in OpenMP's barriers, waiting for
     # a thread that is not running, and the graded cases (small tensors) took ten times as long

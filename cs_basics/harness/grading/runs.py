@@ -97,7 +97,8 @@ def run_once(worker: Worker, job: dict, cases: list[str], state: RunState) -> tu
         flooded = attempt.lines.budget <= 0
         if flooded:
             why = (
-                f"your code wrote over {limits.progress_mb} MiB to the grader's progress pipe, which it stopped reading"
+                f"your code wrote over {limits.progress_mb} MiB to the grader's progress channel, "
+                "which it stopped reading"
             )
             state.halt(remaining, why)
             return [], False

@@ -3,7 +3,7 @@
 Run by path (`python -I zygote.py FD`), inside the sandbox the grader starts (bubblewrap where it
 runs), never imported, and it never imports student code: only the children it forks do. It talks
 to the grader over a SOCK_SEQPACKET socket, one JSON message each way:
-- grader -> server: {"op": "run", "job": {...}} with three file descriptors (the job's progress pipe,
+- grader -> server: {"op": "run", "job": {...}} with three file descriptors (the job's progress channel,
   its output pipe, and the pipe on which the grader says its inputs are written), or {"op": "kill", "id": N};
 - server -> grader: {"ready": ...}, {"started": N}, {"ended": N, "how": "exited with status 0"}.
 

@@ -4,9 +4,10 @@ The record (record.py) lives in the process the student's code runs in, and that
 any Python object it reaches. So in the grader's child each piece of evidence leaves the process the
 moment it is seen: a forbidden operator that ran or was refused, a library function off the glue list
 that computed for the student's code, a switch of the record, a process started. Each is one JSON line
-written to the progress channel (a socket pair), the descriptor the grader reads: nothing done later to the process's
-objects (emptying the record's lists, replacing the watch or the reporter) takes a line back. (The pipe
-itself can be reopened for reading through /proc and raced for its lines: docs/grading.md, Not defended.)
+written to the progress channel, the descriptor the grader reads: nothing done later to the process's
+objects (emptying the record's lists, replacing the watch or the reporter) takes a line back. The channel
+is a socket pair whose child end is shut for reading: unlike a pipe's, it cannot be opened again through
+/proc/self/fd to read the lines back before the grader does.
 
 The writer keeps what it needs in its closure, taken when the channel is made (before the submission
 is imported): replacing `os.write`, `json` or the channel's attributes later changes nothing it does.
