@@ -328,20 +328,24 @@ def test_plain_outputs_copy_plain_tensors_and_name_what_is_not():
 
 # ---------------------------------------------------------------- C++ formulas reached through the autograd graph
 
-# the gradient of logsumexp is a softmax: the node computes it in C++, with the student's frame innermost
+# the gradient of logsumexp is a softmax: the node computes it in C++, with the student's frame innermost; the
+# node read as `grad_fn`, or as the `.node` of the tensor's gradient edge
 NODE_SOFTMAX = """
 def softmax(in_features, dim):
     with torch.enable_grad():
         x = in_features.detach().movedim(dim, -1).requires_grad_()
         lse = torch.logsumexp(x, -1)
-        return lse.grad_fn(torch.ones_like(lse)).detach().movedim(-1, dim)
+        return {node}(torch.ones_like(lse)).detach().movedim(-1, dim)
 """
+NODES = {"grad_fn": "lse.grad_fn", "gradient edge": "torch.autograd.graph.get_gradient_edge(lse).node"}
 
 
-def test_an_autograd_node_called_as_a_function_is_held_naming_it(assignment, tmp_path):
+@pytest.mark.parametrize("node", NODES.values(), ids=NODES.keys())
+def test_an_autograd_node_called_as_a_function_is_held_naming_it(assignment, tmp_path, node):
     """The forward cases passed before: no library frame stood between the line and the operators."""
-    functional = source(NODE_SOFTMAX, attention_with(INLINE_WEIGHTS))
-    line = functional.splitlines().index(NODE_SOFTMAX.splitlines()[5]) + 1
+    code = NODE_SOFTMAX.format(node=node)
+    functional = source(code, attention_with(INLINE_WEIGHTS))
+    line = functional.splitlines().index(code.splitlines()[5]) + 1
     named = (
         f"torch.autograd node LogsumexpBackward0, called as a function, called from cs_basics/nn/functional.py:{line}"
     )

@@ -433,8 +433,9 @@ class _Node:
 
 
 def _watch_autograd_nodes() -> None:
-    """`Tensor.grad_fn` (and `_grad_fn`) read by the student's own line during a watch gives a `_Node`: a node
-    called from Python runs its C++ formula with the student's frame innermost, which no frame walk sees."""
+    """`Tensor.grad_fn` (and `_grad_fn`) read by the student's own line during a watch gives a `_Node`, and so does
+    the `.node` of `torch.autograd.graph.get_gradient_edge(y)` called there: a node called from Python runs its
+    C++ formula with the student's frame innermost, which no frame walk sees."""
     for name in ("grad_fn", "_grad_fn"):
         base = getattr(torch._C.TensorBase, name, None)
         if base is None or name in torch.Tensor.__dict__:
@@ -448,6 +449,19 @@ def _watch_autograd_nodes() -> None:
             return _Node(node)
 
         setattr(torch.Tensor, name, property(read, doc=base.__doc__))
+    graph = torch.autograd.graph
+    get_gradient_edge = getattr(graph, "get_gradient_edge", None)
+    if get_gradient_edge is not None:
+
+        @functools.wraps(get_gradient_edge)
+        def edge(tensor: Any) -> Any:  # `get_gradient_edge(y).node`: the same node as `y.grad_fn`
+            found = get_gradient_edge(tensor)
+            watch = _active
+            if watch is None or watch.frames.label(sys._getframe(1).f_code.co_filename) is None:
+                return found
+            return found._replace(node=_Node(found.node))
+
+        graph.get_gradient_edge = edge
 
 
 def install() -> None:
