@@ -475,10 +475,12 @@ def test_the_kubernetes_recipe_names_the_image_the_shipped_dockerfile_builds_fro
     assert built and built.group(1) in images
     assert "unzip -q autograder.zip -d grader" in dockerfile and "cs-basics autograder autograder.zip" in dockerfile
     instructions = [line.split()[0] for line in dockerfile.splitlines() if line and not line.startswith(("#", " "))]
-    assert instructions == ["FROM", "RUN", "COPY", "WORKDIR", "ENV", "RUN"], instructions
+    assert instructions == ["FROM", "RUN", "WORKDIR", "ENV", "COPY", "RUN", "COPY", "RUN"], instructions
     assert "FROM debian:bookworm-slim\n" in dockerfile and "RUN bash setup.sh" in dockerfile
     assert {f"WORKDIR {c['workingDir']}" for c in containers} <= set(dockerfile.splitlines())
-    assert "COPY . /course" in dockerfile
+    # the locked dependencies in a layer of their own, before the course's code: its changes rebuild only the rest
+    deps = "COPY pyproject.toml uv.lock setup.sh /course/\nRUN UV_NO_INSTALL_PROJECT=1 UV_NO_INSTALL_LOCAL=1 bash setup"
+    assert deps in dockerfile and dockerfile.index(deps) < dockerfile.index("COPY . /course")
     assert "docs/cluster/Dockerfile" in (cluster / "grade-job.yaml").read_text()
 
 

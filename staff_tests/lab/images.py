@@ -297,8 +297,14 @@ def inputs_of(*found: str | None) -> str:
 
 
 # Gradescope's image builder, as its docs describe it: the bundle unzipped into /autograder/source,
-# run_autograder copied to /autograder, setup.sh run there once as root with the network
+# run_autograder copied to /autograder, setup.sh run there once as root with the network. The lab runs the
+# bundle's setup.sh twice: first on the bundle's pyproject.toml and uv.lock alone, installing only the locked
+# dependencies (a layer podman keeps while they are unchanged: every change to the course's code would
+# otherwise install torch again), then on the whole bundle as Gradescope does, which finds them installed
+DEPENDENCY_FILES = ("pyproject.toml", "uv.lock", "setup.sh")
 GRADESCOPE_DOCKERFILE = """FROM {base}
+COPY deps/ /autograder/source/
+RUN cd /autograder/source && UV_NO_INSTALL_PROJECT=1 UV_NO_INSTALL_LOCAL=1 bash ./setup.sh
 COPY source/ /autograder/source/
 RUN mkdir -p /autograder/submission /autograder/results \\
     && cp /autograder/source/run_autograder /autograder/run_autograder \\
@@ -317,5 +323,8 @@ def gradescope_context(bundle: Path, base: str, context: Path) -> Path:
             mode = info.external_attr >> 16 & 0o777
             if mode and not info.is_dir():
                 target.chmod(mode)
+    (context / "deps").mkdir()
+    for name in DEPENDENCY_FILES:
+        shutil.copy2(context / "source" / name, context / "deps" / name)
     (context / "Dockerfile").write_text(GRADESCOPE_DOCKERFILE.format(base=base))
     return context

@@ -93,14 +93,21 @@ def run(
         args += ["-w", workdir]
     if user:
         args += ["--user", user]
+    # named, so that a job past its time is removed: killing `podman run` leaves its container running
+    name = f"cs-basics-lab-{uuid.uuid4().hex[:12]}"
+    args += ["--name", name]
     start = time.monotonic()
-    done = subprocess.run(
-        [*PODMAN, *args, image, "sh", "-c", METER, "sh", *command],
-        capture_output=True,
-        text=True,
-        errors="replace",
-        timeout=timeout,
-    )
+    try:
+        done = subprocess.run(
+            [*PODMAN, *args, image, "sh", "-c", METER, "sh", *command],
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=timeout,
+        )
+    except subprocess.TimeoutExpired:
+        subprocess.run([*PODMAN, "rm", "--force", "--time", "0", name], capture_output=True, timeout=120)
+        raise
     seconds = time.monotonic() - start
     peak = (meter / "peak").read_text().strip() if (meter / "peak").exists() else ""
     dropped = {p.name: p.read_bytes() for p in sorted(drop.iterdir()) if p.is_file()}
@@ -196,17 +203,41 @@ RUNNER = "1001:1001"  # the hosted runner's user (`runner`), not root
 ACTIONS = ["--cpus", "2", "--memory", "7g"]  # a hosted runner: 2 (4 on public repositories) cores, 7 GB or more
 
 
+RUNNER_HOME_CACHE = "/home/runner/.lab"  # the runner's restored caches: uv's, and the checkout's .venv for each lock
+
+
 def runner_uv_cache(host_cache: Path, lab_cache: Path) -> Path:
     """setup-uv's restored cache: a copy of this machine's uv cache the runner's user owns (made once; the
-    host's own cache is never handed to another user)."""
-    cache = lab_cache / "runner-uv-cache"
+    host's own cache is never handed to another user), in `runner/uv`, beside the venvs it fills (one folder,
+    one mount: uv links the wheels' files into a venv instead of copying 5 GB of torch)."""
+    cache = lab_cache / "runner" / "uv"
     if not cache.exists():
-        partial = cache.with_suffix(".partial")
-        shutil.rmtree(partial, ignore_errors=True)
-        subprocess.run(["cp", "-a", f"{host_cache}/.", str(partial)], check=True)
-        subprocess.run(["chown", "-R", RUNNER, str(partial)], check=True)
-        partial.replace(cache)
+        cache.parent.mkdir(exist_ok=True)
+        earlier = lab_cache / "runner-uv-cache"  # where an earlier lab kept it: moved, not copied again
+        if earlier.is_dir():
+            earlier.replace(cache)
+        else:
+            partial = cache.with_suffix(".partial")
+            shutil.rmtree(partial, ignore_errors=True)
+            subprocess.run(["cp", "-a", f"{host_cache}/.", str(partial)], check=True)
+            subprocess.run(["chown", "-R", RUNNER, str(partial)], check=True)
+            partial.replace(cache)
+    for stale in lab_cache.glob("runner-venv-*"):  # an earlier lab's venvs, outside the mount: 5 GB each
+        shutil.rmtree(stale, ignore_errors=True)
     return cache
+
+
+def runner_venv(cache: Path, lock: bytes) -> Path:
+    """The checkout's .venv kept between runs of the lab (a runner whose workflow caches .venv), for this lock:
+    a cold lab links torch's files into it once, a warm one syncs only the handout's own project."""
+    venv = cache.parent / f"venv-{digest(lock)}"
+    for stale in cache.parent.glob("venv-*"):  # made for another lock, kept for nothing
+        if stale != venv:
+            shutil.rmtree(stale, ignore_errors=True)
+    if not venv.exists():
+        venv.mkdir()
+        os.chown(venv, *(int(n) for n in RUNNER.split(":")))
+    return venv
 
 
 def github_actions(image: str, handout: Path, step: dict, sources: dict[str, str], cache: Path, tmp: Path) -> Job:
@@ -215,13 +246,15 @@ def github_actions(image: str, handout: Path, step: dict, sources: dict[str, str
     home = tmp / "home"
     work = home / "work"
     shutil.copytree(handout, work / "handout", ignore=shutil.ignore_patterns(".venv"))
+    venv = runner_venv(cache, (handout / "uv.lock").read_bytes())
+    (work / "handout/.venv").symlink_to(f"{RUNNER_HOME_CACHE}/{venv.name}")
     for name, source in sources.items():
         (home / "pushed" / f"{name}.py").parent.mkdir(parents=True, exist_ok=True)
         (home / "pushed" / f"{name}.py").write_text(source, errors="surrogatepass")
-    subprocess.run(["chown", "-R", RUNNER, str(home)], check=True)
+    subprocess.run(["chown", "-hR", RUNNER, str(home)], check=True)
     env = {
         "HOME": "/home/runner",
-        "UV_CACHE_DIR": "/home/runner/.cache/uv",
+        "UV_CACHE_DIR": f"{RUNNER_HOME_CACHE}/{cache.name}",
         "GITHUB_ACTIONS": "true",
         "CI": "true",
         "GITHUB_WORKFLOW": "Autograding Tests",
@@ -236,28 +269,23 @@ def github_actions(image: str, handout: Path, step: dict, sources: dict[str, str
         'GITHUB_OUTPUT=/home/runner/out/$name.outputs env -u UV_PROJECT_ENVIRONMENT -u UV_LINK_MODE bash -e -c "$STEP" '
         "> /home/runner/out/$name.log 2>&1; echo $? > /home/runner/out/$name.status; done"
     )
-    # the checkout's .venv kept between runs of the lab (a runner whose workflow caches .venv): a cold lab
-    # copies torch's wheels into it once, a warm one syncs only the handout's own project
-    venv = cache.parent / f"runner-venv-{digest((handout / 'uv.lock').read_bytes())}"
-    for stale in cache.parent.glob("runner-venv-*"):  # made for another lock: 5 GB each, kept for nothing
-        if stale != venv:
-            shutil.rmtree(stale, ignore_errors=True)
-    if not venv.exists():
-        venv.mkdir()
-        os.chown(venv, *(int(n) for n in RUNNER.split(":")))
-    mounts = {home: "/home/runner", cache: "/home/runner/.cache/uv", venv: "/home/runner/work/handout/.venv"}
+    mounts = {home: "/home/runner", cache.parent: RUNNER_HOME_CACHE}
     if host_cas():  # the runner reaches PyPI (the project's build backend) through this machine's authority
         mounts[Path("/etc/ssl/certs/ca-certificates.crt")] = "/etc/ssl/lab-host-cas.crt:ro"
         env |= {"SSL_CERT_FILE": "/etc/ssl/lab-host-cas.crt", **SYSTEM_CERTS}
-    job = run(
-        image,
-        ["sh", "-c", script],
-        tmp,
-        limits=ACTIONS,
-        user=RUNNER,
-        env={**env, "STEP": step["run"]},
-        mounts=mounts,
-    )
+    try:
+        job = run(
+            image,
+            ["sh", "-c", script],
+            tmp,
+            limits=ACTIONS,
+            user=RUNNER,
+            env={**env, "STEP": step["run"]},
+            mounts=mounts,
+        )
+    except subprocess.TimeoutExpired as err:  # say how far each push got
+        logs = {p.name: p.read_text(errors="replace")[-2000:] for p in sorted((home / "out").glob("*.log"))}
+        raise AssertionError(f"the runner's job took over {err.timeout} s; its logs so far: {logs}") from err
     for path in sorted((home / "out").glob("*")):
         job.files[path.name] = path.read_bytes()
     return job
