@@ -39,6 +39,43 @@ def test_the_grading_server_starts_without_torch_dynamo_or_einx():
     assert done.stdout.strip() == "['einops', 'torch']", done.stdout + done.stderr
 
 
+# the warm-up with every road to CUDA's driver closed: a backward pass (the autograd engine counts the GPUs on its
+# first, starting the driver and a thread per GPU), and torch.cuda's own queries
+NO_CUDA_BEFORE_FORK = """
+import importlib.util, os, sys
+import torch
+
+def refused(name):
+    def call(*args, **kwargs):
+        raise SystemExit(f"the server called {name} before its forks")
+    return call
+
+torch.Tensor.backward = refused("Tensor.backward")
+torch.autograd.backward = refused("torch.autograd.backward")
+torch.autograd.grad = refused("torch.autograd.grad")
+for name in ("is_available", "device_count", "init", "_lazy_init", "current_device"):
+    setattr(torch.cuda, name, refused(f"torch.cuda.{name}"))
+torch._C._cuda_getDeviceCount = refused("torch._C._cuda_getDeviceCount")
+threads = lambda: len(os.listdir("/proc/self/task")) if os.path.isdir("/proc/self/task") else 1
+before = threads()
+spec = importlib.util.spec_from_file_location("zygote", sys.argv[1])
+zygote = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(zygote)
+zygote.warm_up()
+print("threads started", threads() - before)
+"""
+
+
+def test_the_grading_server_never_starts_cuda_before_it_forks():
+    """A child forked from a process that started CUDA's driver cannot use CUDA: on an H100 every case of
+    `cs-basics grade --device cuda` was lost to "CUDA error: initialization error", the warm-up's backward
+    pass having counted the GPUs in the server. The warm-up runs no backward pass, asks torch.cuda nothing,
+    and starts no thread (importing torch starts its own)."""
+    command = [sys.executable, "-I", "-c", NO_CUDA_BEFORE_FORK, str(ZYGOTE)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "threads started 0", done.stdout + done.stderr
+
+
 def test_the_server_loads_einx_only_for_code_that_names_it(tmp_path):
     uses = tmp_path / "uses.py"
     uses.write_text("import einx\n")

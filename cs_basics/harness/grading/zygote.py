@@ -403,9 +403,12 @@ def warm_up() -> None:
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             return func(*args, **(kwargs or {}))
 
-    with Passthrough():  # tiny tensors: no thread pool starts before the forks
+    # tiny tensors: no thread pool starts before the forks. No backward pass: the autograd engine's first one
+    # counts the GPUs, which starts CUDA's driver and a thread per GPU here, and a child forked after that
+    # cannot use CUDA ("CUDA error: initialization error": every case of a grading on a GPU lost)
+    with Passthrough():
         x = torch.ones(2, 3, requires_grad=True)
-        (torch.exp(x - x.amax(-1, keepdim=True)) @ x.mT).sum().backward()
+        torch.exp(x - x.amax(-1, keepdim=True)) @ x.mT
     save({"x": x.detach()})  # safetensors loads parts of numpy on its first save: in memory, never a file
 
 
