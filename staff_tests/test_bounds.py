@@ -163,7 +163,10 @@ def test_a_case_whose_report_is_lost_fails_alone(assignment, worker, tmp_path):
         for _fd in map(int, os.listdir("/proc/self/fd")):
             _link = os.readlink(f"/proc/self/fd/{_fd}") if os.path.exists(f"/proc/self/fd/{_fd}") else ""
             if _fd > 2 and _link.startswith(("pipe:", "socket:")):  # the progress channel among them
-                os.write(_fd, b"x" * (100 << 10))
+                try:
+                    os.write(_fd, b"x" * (100 << 10))
+                except OSError:  # a pipe's reading end
+                    pass
     """
     folder = submission(tmp_path, wrap_attention(lose_report))
     status, data, _ = graded(assignment, worker, folder, tmp_path / "results.json")

@@ -146,7 +146,7 @@ import stat
 
 
 def softmax(in_features, dim):
-    for fd in range(3, 256):
+    for fd in [n for n in map(int, os.listdir("/proc/self/fd")) if n > 2]:  # but the standard ones
         try:
             if stat.S_ISSOCK(os.fstat(fd).st_mode):
                 socket.socket(fileno=os.dup(fd)).shutdown(socket.SHUT_WR)
@@ -165,7 +165,7 @@ import stat
 
 def softmax(in_features, dim):
     null = os.open(os.devnull, os.O_WRONLY)
-    for fd in range(3, 256):
+    for fd in [n for n in map(int, os.listdir("/proc/self/fd")) if n > 2]:  # but the standard ones
         try:
             if fd != null and (stat.S_ISFIFO(os.fstat(fd).st_mode) or stat.S_ISSOCK(os.fstat(fd).st_mode)):
                 os.dup2(null, fd)
@@ -201,11 +201,12 @@ def test_the_channel_cannot_be_closed_or_replaced_so_the_evidence_arrives(assign
 
 
 GUARD_CHECK = """
-import errno, importlib.util, os, socket, sys
+import errno, importlib.util, os, socket, subprocess, sys
 spec = importlib.util.spec_from_file_location("child", sys.argv[1])
 child = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(child)
-ours, theirs = (s.detach() for s in socket.socketpair())
+low, ours = (s.detach() for s in socket.socketpair())  # the channel at the lowest free number
+theirs = child.out_of_reach(low)
 other_read, other_write = os.pipe()
 if not child.guard_channel(theirs):
     print("no filter"); sys.exit()
@@ -225,13 +226,17 @@ for name, call in {
     except OSError as err:
         answers[name] = errno.errorcode[err.errno]
 os.write(theirs, b"still the channel")
-print(sorted(answers.items()), os.read(ours, 100))
+# a program started now inherits the filter, and its own first files take the lowest free numbers (the one the
+# channel had before it was moved among them): it runs
+started = subprocess.run([sys.executable, "-c", "print('started')"], capture_output=True, text=True)
+print(sorted(answers.items()), os.read(ours, 100), theirs >= 900, low != theirs, started.stdout.strip(), started.stderr)
 """
 
 
 def test_the_guard_refuses_closing_or_replacing_the_channel_and_nothing_else(tmp_path):
     """In a process of its own (a seccomp filter is for good): close and dup2/dup3 over the guarded descriptor
-    are refused, close_range over it leaves it open, and the same calls on any other descriptor work."""
+    are refused, close_range over it leaves it open, and the same calls on any other descriptor work. The
+    channel is moved to a high number first: a program started after the guard (which it inherits) runs."""
     child = ROOT / "cs_basics/harness/grading/child.py"
     done = subprocess.run([sys.executable, "-c", GUARD_CHECK, str(child)], capture_output=True, text=True, timeout=120)
     if done.stdout.strip() == "no filter":
@@ -244,7 +249,7 @@ def test_the_guard_refuses_closing_or_replacing_the_channel_and_nothing_else(tmp
         ("dup2 elsewhere", "done"),
         ("dup3", "EPERM"),
     ]
-    assert done.stdout.strip() == f"{expected} {b'still the channel'!r}", done.stdout + done.stderr
+    assert done.stdout.strip() == f"{expected} {b'still the channel'!r} True True started", done.stdout + done.stderr
 
 
 def test_the_refusal_is_registered_where_python_cannot_reach_it_and_checked_at_each_case_end():

@@ -296,8 +296,11 @@ def test_an_endless_line_on_the_progress_pipe_is_not_kept(assignment, worker, tm
     for _fd in map(int, os.listdir("/proc/self/fd")):
         _link = os.readlink(f"/proc/self/fd/{_fd}") if os.path.exists(f"/proc/self/fd/{_fd}") else ""
         if _fd > 2 and _link.startswith(("pipe:", "socket:")):  # the progress channel among them
-            for _ in range(64 << 4):  # 1 GiB, never a newline
-                os.write(_fd, b"x" * (1 << 20))
+            try:
+                for _ in range(64 << 4):  # 1 GiB, never a newline
+                    os.write(_fd, b"x" * (1 << 20))
+            except OSError:  # a pipe's reading end
+                pass
     """
     with Worker(worker.sandbox, Limits(import_seconds=15)) as own:
         own.ensure_server()

@@ -211,7 +211,7 @@ def test_a_message_for_the_staff_forged_in_a_hidden_case_reaches_only_hidden_ent
     def softmax(in_features, dim):
         if in_features.requires_grad and dim == 0:  # only a hidden case
             line = _json.dumps({"event": "staff_error", "message": repr(in_features.flatten()[0].item())})
-            for fd in range(3, 64):
+            for fd in [n for n in map(int, _os.listdir("/proc/self/fd")) if n > 2]:  # the channel among them
                 try:
                     _os.write(fd, (line + "\\n").encode())
                 except OSError:
