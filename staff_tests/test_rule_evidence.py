@@ -201,7 +201,7 @@ def test_the_channel_cannot_be_closed_or_replaced_so_the_evidence_arrives(assign
 
 
 GUARD_CHECK = """
-import errno, importlib.util, os, socket, subprocess, sys
+import errno, importlib.util, os, resource, socket, subprocess, sys
 spec = importlib.util.spec_from_file_location("child", sys.argv[1])
 child = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(child)
@@ -229,7 +229,9 @@ os.write(theirs, b"still the channel")
 # a program started now inherits the filter, and its own first files take the lowest free numbers (the one the
 # channel had before it was moved among them): it runs
 started = subprocess.run([sys.executable, "-c", "print('started')"], capture_output=True, text=True)
-print(sorted(answers.items()), os.read(ours, 100), theirs >= 900, low != theirs, started.stdout.strip(), started.stderr)
+soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+high = theirs >= (child.HIGH_FD if soft == resource.RLIM_INFINITY else min(child.HIGH_FD, soft - 16))
+print(sorted(answers.items()), os.read(ours, 100), high, low != theirs, started.stdout.strip(), started.stderr)
 """
 
 
@@ -369,6 +371,25 @@ def test_honest_code_that_reads_grad_fn_is_held_by_nothing():
         assert out.grad_fn is not None and out.grad_fn.name() == "ExpBackward0"
         assert str(out.grad_fn).startswith("<ExpBackward0")
     assert watch.record.library == [], watch.record
+
+
+def test_a_watched_gradient_edge_can_be_handed_back_to_autograd():
+    """The edge's node is watched when read by name, index or unpacking, but torch's C++ reads the node itself
+    from the edge's tuple: `autograd.grad(loss, edge)` works. The watched function hides nothing unwatched."""
+    install()
+    x = torch.randn(2, 3, requires_grad=True)
+    with Watch([], THIS_FILE) as watch:
+        edge = torch.autograd.graph.get_gradient_edge(x)
+        (grad,) = torch.autograd.grad((x * 3).sum(), edge)
+        node, _, _ = edge
+        assert type(edge.node).__name__ == type(edge[0]).__name__ == type(node).__name__ == "_Node"
+        assert edge.node.name() == "torch::autograd::AccumulateGrad"
+    assert torch.equal(grad, torch.full_like(x, 3.0))
+    # a leaf's edge is found through a view, and autograd.grad computes: library arithmetic off the glue list, as
+    # before the edge was watched (held for review in graded code, unless the course lists them)
+    library = {c.function for c in watch.record.library}
+    assert library == {"torch.autograd.graph.get_gradient_edge", "torch.autograd.grad"}, watch.record
+    assert not hasattr(torch.autograd.graph.get_gradient_edge, "__wrapped__")
 
 
 # ---------------------------------------------------------------- the import runs watched

@@ -317,6 +317,16 @@ def test_an_endless_line_on_the_progress_pipe_is_not_kept(assignment, worker, tm
     assert all("wrote over 16 MiB to the grader's progress channel" in out for out in outputs_of(result))
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA: the child's start-up would not fail")
+def test_a_failure_of_the_childs_own_after_the_channel_moved_reaches_the_staff(assignment, worker, tmp_path):
+    """The child moves the channel to a high descriptor first (child.out_of_reach); a failure of its own after
+    that, here CUDA asked for where there is none when the child starts the device, is said on the channel as it
+    now is, and grading stops for the staff naming it (written on the old number, it went nowhere, or into a
+    file the submission had opened there)."""
+    with pytest.raises(GradingError, match=r"RuntimeError: .*(NVIDIA|CUDA)"):
+        grade(assignment, submission(tmp_path), torch.device("cuda"), worker=worker)
+
+
 STANDARD_LIBRARY = """
 import colorsys, csv, decimal, difflib, fractions, socket, sqlite3, tarfile, uuid, wave, zoneinfo, xml.dom.minidom
 

@@ -161,6 +161,16 @@ def run_job(job: dict, progress: int, isolated: bool, import_paths: list[str], g
     group's cases' inputs exist only once it said it has imported the submission (see wait_for_inputs)."""
     progress = out_of_reach(progress)
     report = Reporter(progress)
+    try:
+        run_groups(job, report, isolated, import_paths, go)
+    except BaseException as err:  # the harness's own (the student's end in their case): the staff must hear of it,
+        # here, on the channel's new number (the caller's is closed, or another file's by now)
+        with contextlib.suppress(BaseException):
+            report.send(event="staff_error", message=f"{type(err).__name__}: {err}")
+
+
+def run_groups(job: dict, report: Reporter, isolated: bool, import_paths: list[str], go: int | None) -> None:
+    progress = report.fd
     job_dir = Path(job["dir"])
     code = job_dir / "code"
     problem = unreachable(import_paths)

@@ -450,18 +450,38 @@ def _watch_autograd_nodes() -> None:
 
         setattr(torch.Tensor, name, property(read, doc=base.__doc__))
     graph = torch.autograd.graph
-    get_gradient_edge = getattr(graph, "get_gradient_edge", None)
-    if get_gradient_edge is not None:
+    get_gradient_edge, edge_type = getattr(graph, "get_gradient_edge", None), getattr(graph, "GradientEdge", None)
+    if get_gradient_edge is None or edge_type is None:
+        return
 
-        @functools.wraps(get_gradient_edge)
-        def edge(tensor: Any) -> Any:  # `get_gradient_edge(y).node`: the same node as `y.grad_fn`
-            found = get_gradient_edge(tensor)
-            watch = _active
-            if watch is None or watch.frames.label(sys._getframe(1).f_code.co_filename) is None:
-                return found
-            return found._replace(node=_Node(found.node))
+    class _Edge(edge_type):  # type: ignore[misc, valid-type]
+        """A gradient edge whose node, read by name, index or unpacking, is a `_Node`; its tuple slot keeps the
+        node itself, which is what torch's C++ reads when the edge is handed back (`autograd.grad(loss, edge)`)."""
 
-        graph.get_gradient_edge = edge
+        __slots__ = ()
+
+        @property
+        def node(self) -> Any:
+            return _Node(tuple.__getitem__(self, 0))
+
+        def __getitem__(self, index: Any) -> Any:
+            value = tuple.__getitem__(self, index)
+            return _Node(value) if isinstance(index, int) and index % len(self) == 0 else value
+
+        def __iter__(self) -> Any:
+            return iter([self[i] for i in range(len(self))])
+
+    def edge(tensor: Any) -> Any:  # `get_gradient_edge(y).node`: the same node as `y.grad_fn`
+        found = get_gradient_edge(tensor)
+        watch = _active
+        if watch is None or watch.frames.label(sys._getframe(1).f_code.co_filename) is None:
+            return found
+        return _Edge(*found)
+
+    # no functools.wraps: its `__wrapped__` would hand the code the function unwatched
+    edge.__name__, edge.__qualname__, edge.__doc__ = "get_gradient_edge", "get_gradient_edge", get_gradient_edge.__doc__
+    edge.__module__ = get_gradient_edge.__module__
+    graph.get_gradient_edge = edge
 
 
 def install() -> None:
