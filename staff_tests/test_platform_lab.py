@@ -15,7 +15,6 @@ import json
 import shutil
 import subprocess
 import sys
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -338,12 +337,7 @@ def kubernetes_job(tmp_path_factory, built) -> platforms.Job:
     tmp = tmp_path_factory.mktemp("lab-kubernetes")
     command = [sys.executable, "-m", "cs_basics.cli", "autograder", str(tmp / "autograder.zip")]
     subprocess.run(command, cwd=ROOT, check=True, capture_output=True, timeout=300)
-    context = tmp / "context"
-    with zipfile.ZipFile(tmp / "autograder.zip") as zf:
-        for info in zf.infolist():  # unzip keeps the modes (setup.sh, run_autograder)
-            zf.extract(info, context)
-            if (mode := info.external_attr >> 16 & 0o777) and not info.is_dir():
-                (context / info.filename).chmod(mode)
+    context = images.unzipped(tmp / "autograder.zip", tmp / "context")
     shutil.copy2(dockerfile, context / "Dockerfile")
     base = images.base_image(images.BOOKWORM, built)
     uv = images.uv_image((context / "Dockerfile").read_text(), built)

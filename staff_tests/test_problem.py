@@ -70,7 +70,9 @@ def test_every_adapter_of_a_problem_must_be_one_line():
     assert GATED.adapters == ("run_silu", "run_scaled")
     assert thick_adapters(adapters, ["run_silu"]) is None
     message = thick_adapters(adapters, GATED.adapters)
-    assert "run_scaled holds more than the one line" in message
+    assert "run_scaled holds more than the one line" in message and "Move it into cs_basics " in message
+    # the student's package as the course names it (`cs-basics new` writes another): not this course's
+    assert "Move it into cs_blocks " in thick_adapters(adapters, GATED.adapters, "cs_blocks")
 
 
 def test_points_and_rule_come_from_the_declaration_or_the_table_but_not_both(tmp_path):
@@ -84,3 +86,7 @@ def test_points_and_rule_come_from_the_declaration_or_the_table_but_not_both(tmp
     object.__setattr__(twice, "cases", [case])
     with pytest.raises(ConfigError, match="give points in one of them"):
         _ = twice.problems
+    adapter_twice = Assignment(tmp_path, {"problems": {"gated": {"adapter": "run_other"}}})
+    object.__setattr__(adapter_twice, "cases", [case])
+    with pytest.raises(ConfigError, match="give adapter in one of them"):  # dropped without a word before
+        _ = adapter_twice.problems

@@ -72,7 +72,7 @@ class Problem:
             both = [
                 k
                 for k in ("points", "forbidden", "forbidden_ops", "adapter")
-                if k in table and getattr(declared, k, None)
+                if k in table and getattr(declared, "adapters" if k == "adapter" else k, None)
             ]
             if both or (declared.points is None and "points" not in table):
                 where = f"[tool.cs-basics.problems.{name}] and its declaration in the cases module"
@@ -237,6 +237,11 @@ class Assignment:
     @property
     def student_code(self) -> list[str]:
         return list(self.table.get("student_code", ["cs_basics"]))
+
+    @property
+    def student_package(self) -> str:
+        """The package (or module) the student writes, as messages name it: the first of `student_code`."""
+        return Path(self.student_code[0]).parts[0].removesuffix(".py")
 
     @property
     def staff_code(self) -> list[str]:

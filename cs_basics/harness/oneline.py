@@ -17,13 +17,14 @@ from pathlib import Path
 from typing import Any
 
 
-def thick_adapters(adapters: Any, names: Iterable[str]) -> str | None:
+def thick_adapters(adapters: Any, names: Iterable[str], package: str = "cs_basics") -> str | None:
     """The verdict on the first of the adapters `names` (in the module or namespace `adapters`) that holds more
-    than the one line calling the student's function; None when each is one line (or cannot be read)."""
-    return next((lost for lost in (thick_adapter(adapters, name) for name in names) if lost), None)
+    than the one line calling the student's function (in `package`, the student's code the message names); None
+    when each is one line (or cannot be read)."""
+    return next((lost for lost in (thick_adapter(adapters, name, package) for name in names) if lost), None)
 
 
-def thick_adapter(adapters: Any, name: str) -> str | None:
+def thick_adapter(adapters: Any, name: str, package: str = "cs_basics") -> str | None:
     """The verdict on one adapter: None if it is a docstring and one `return f(...)`."""
     adapter = getattr(adapters, name, None)
     statements = adapter_statements(adapter) if callable(adapter) else None
@@ -35,8 +36,8 @@ def thick_adapter(adapters: Any, name: str) -> str | None:
     where = f"{Path(inspect.getsourcefile(adapter) or '?').name}: {name}"
     return (
         f"{where} holds more than the one line that calls your function ({len(body)} statements): the grader "
-        "runs the course's own tests/adapters.py, which calls cs_basics, so code placed here is lost in grading "
-        f"and this case would fail there. Move it into cs_basics and restore the adapter "
+        f"runs the course's own tests/adapters.py, which calls {package}, so code placed here is lost in grading "
+        f"and this case would fail there. Move it into {package} and restore the adapter "
         "(git checkout -- tests/adapters.py)"
     )
 

@@ -135,7 +135,11 @@ def run_graded(
     """
     __tracebackhide__ = True  # the student's frames, not the harness's
     problem = assignment.problems.get(case.problem)
-    lost = problem and assignment.table.get("one_line_adapters") and thick_adapters(adapters, problem.adapters)
+    lost = (
+        problem
+        and assignment.table.get("one_line_adapters")
+        and thick_adapters(adapters, problem.adapters, assignment.student_package)
+    )
     if lost:
         pytest.fail(lost, pytrace=False)
     breaches = {} if breaches is None else breaches

@@ -312,17 +312,22 @@ RUN mkdir -p /autograder/submission /autograder/results \\
 """
 
 
-def gradescope_context(bundle: Path, base: str, context: Path) -> Path:
-    """A build context holding the bundle unzipped as Gradescope unzips it (modes kept) and its Dockerfile."""
+def unzipped(bundle: Path, into: Path) -> Path:
+    """The bundle unzipped as Gradescope and `unzip` unpack it: with the modes its files carry (setup.sh and
+    run_autograder executable), which zipfile alone drops."""
     import zipfile
 
     with zipfile.ZipFile(bundle) as zf:
         for info in zf.infolist():
-            target = context / "source" / info.filename
-            zf.extract(info, context / "source")
-            mode = info.external_attr >> 16 & 0o777
-            if mode and not info.is_dir():
-                target.chmod(mode)
+            zf.extract(info, into)
+            if (mode := info.external_attr >> 16 & 0o777) and not info.is_dir():
+                (into / info.filename).chmod(mode)
+    return into
+
+
+def gradescope_context(bundle: Path, base: str, context: Path) -> Path:
+    """A build context holding the bundle unzipped as Gradescope unzips it (modes kept) and its Dockerfile."""
+    unzipped(bundle, context / "source")
     (context / "deps").mkdir()
     for name in DEPENDENCY_FILES:
         shutil.copy2(context / "source" / name, context / "deps" / name)
