@@ -71,7 +71,7 @@ class Reporter:
         self.fd = fd
 
     def send(self, **event: object) -> None:
-        """One JSON line, cut to LINE_LIMIT bytes: no event of one case can exhaust the pipe for the others."""
+        """One JSON line, cut to LINE_LIMIT bytes: no event of one case can exhaust the channel for the others."""
         for stream in (sys.stdout, sys.stderr):  # what the code printed reaches the grader before it may end us
             with contextlib.suppress(Exception):
                 stream.flush()

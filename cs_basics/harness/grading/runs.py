@@ -102,7 +102,7 @@ def run_once(worker: Worker, job: dict, cases: list[str], state: RunState) -> tu
             )
             state.halt(remaining, why)
             return [], False
-        if remaining and current is not None:  # the pipe closed mid-case: the interpreter died
+        if remaining and current is not None:  # the channel closed mid-case: the interpreter died
             why = f"the Python process running your code {attempt.how} during this case{killed_for_memory(kills)}"
             state.fail([current], why)
             state.cut_off(current, attempt.how)

@@ -6,7 +6,7 @@ of the filesystem that holds the Python environment and the worker's own folder 
 the course's repository, `--die-with-parent`), else as a plain child (the fallback). For each job
 the server forks a child that isolates itself further (see zygote.py) and runs the cases under a
 uid of its own when the grader is root. The grader reads the child's progress and output from
-pipes it bounds, enforces a time limit per case, per import and per submission, stops a
+channels it bounds, enforces a time limit per case, per import and per submission, stops a
 problem's cases once its function has failed to return twice, and ends every process of the job
 (by uid, which nothing can outrun, and by namespace) before it reads any result. A case that
 hangs or kills the interpreter fails alone: a fresh child takes the remaining cases.

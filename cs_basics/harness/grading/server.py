@@ -17,8 +17,8 @@ from cs_basics.harness.grading.bubblewrap import bubblewrap_view
 from cs_basics.harness.grading.limits import Limits
 from cs_basics.harness.grading.stopping import StaffError
 
-# torch, and what imports it, only where a job's results are read: `cs-basics grade` starts the grading server
-# (which imports torch) before it imports torch itself, so that the two imports run side by side
+# no torch here: `cs-basics grade` starts the grading server (which imports torch) before the grader imports it,
+# so that the two imports run side by side
 
 HERE = Path(__file__).resolve().parent
 

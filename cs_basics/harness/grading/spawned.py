@@ -1,6 +1,6 @@
 """The child where there is no fork server (Windows, macOS): a fresh Python for one group of a job's cases.
 
-Run by path (`python -I spawned.py`), never imported, and started by the grader (sandbox.SpawnedAttempt)
+Run by path (`python -I spawned.py`), never imported, and started by the grader (attempts.SpawnedAttempt)
 once per group of cases that forbid the same operators, as the fork server's child forks once per
 group. The grader writes the job (JSON) to its stdin and reads progress events from its stdout and
 what the code prints from its stderr: this process keeps its stdout for the events and points file

@@ -53,7 +53,7 @@ class Worker:
         self.jobs = 0
         self.attempts = 0
         self.hide: list[str] = []  # folders no job may see besides the course's (a batch's folder of submissions)
-        self.overlays: dict[Path, Overlay] = {}  # course root -> the files laid over each job's code (grade.stage)
+        self.overlays: dict[Path, Overlay] = {}  # course root -> the files laid over each job's code (staging.stage)
         self.none_left = False  # no process of the uid is left, and no job started since (known by kill_uid)
         self.swept_left = 0  # without a uid: the processes the server's last sweep could not end
 

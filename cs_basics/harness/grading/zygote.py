@@ -466,7 +466,7 @@ class Server:
     def handle(self, message: dict, fds: list[int]) -> None:
         if message.get("op") == "run":
             job = message["job"]
-            import_libraries(job.get("warm", []))  # those the grader saw the code name (sandbox.WARM_ON_REQUEST)
+            import_libraries(job.get("warm", []))  # those the grader saw the code name (worker.WARM_ON_REQUEST)
             pid = os.fork()
             if pid == 0:
                 self.sock.close()
