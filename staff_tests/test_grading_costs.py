@@ -15,6 +15,7 @@ from cs_basics.harness.grading import sandbox
 from cs_basics.harness.grading import worker as worker_module
 from cs_basics.harness.grading.grade import grade, stage
 from cs_basics.harness.grading.sandbox import Limits, Worker, named_libraries
+from cs_basics.harness.grading.staging import copy_overlaid
 
 from .submissions import ROOT, run, scores, submission, wrap_attention
 
@@ -227,6 +228,8 @@ def test_the_child_imports_the_staged_harness_and_cases_without_compiling_them(a
     process): only the submission's own files are compiled in the child, in each phase's."""
     code = tmp_path / "code"
     stage(assignment, submission(tmp_path), code)
+    assert not (code / assignment.hidden_dir.name).exists()  # the public phase's code holds no hidden case
+    copy_overlaid(assignment, code)  # the hidden phase's, which does
     done = subprocess.run([sys.executable, "-I", "-c", COMPILED, str(code)], capture_output=True, text=True)
     submissions_own = ["cs_basics/__init__.py", "cs_basics/nn/__init__.py", "cs_basics/nn/functional.py"]
     assert done.stdout.strip() == f"compiled: {submissions_own}", done.stdout + done.stderr[-2000:]

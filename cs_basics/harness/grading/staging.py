@@ -78,21 +78,22 @@ def stage(assignment: Assignment, submission: Path, code: Path, overlay: Overlay
     for rel in [*assignment.staff_code, *TOOLING]:  # what the submission has there never runs
         target = code / rel
         shutil.rmtree(target, ignore_errors=True) if target.is_dir() else target.unlink(missing_ok=True)
-    if overlay is None:
-        copy_overlaid(assignment, code)
+    if overlay is None:  # the public phase's code, as an overlay lays it: no hidden cases' code
+        copy_overlaid(assignment, code, hidden=False)
     else:
         overlay.lay_over(code)
     return taken
 
 
-def copy_overlaid(assignment: Assignment, folder: Path) -> None:
+def copy_overlaid(assignment: Assignment, folder: Path, hidden: bool = True) -> None:
     """Copy what grading lays over a submission's code into `folder`: the staff's code, the grader's tooling,
-    the course's test modules, each Python file with its bytecode."""
+    the course's test modules (the hidden cases' too unless `hidden` is False), each Python file with its
+    bytecode."""
     overlays = [(assignment.root / rel, folder / rel) for rel in assignment.staff_code]
     overlays += [(PACKAGE.parent / rel, folder / rel) for rel in TOOLING]
     for source, target in overlays:
         copy_regular(source, target)
-    for module in [*case_modules(assignment), assignment.adapters_module]:
+    for module in [*case_modules(assignment, hidden), assignment.adapters_module]:
         package = module_package(assignment, module)
         for source in package.rglob("*.py"):  # code only: never a fixture
             copy_trusted(source, folder / source.relative_to(assignment.root))
