@@ -57,9 +57,7 @@ def scaled_dot_product_attention(Q, K, V, mask=None):
 INLINE_WEIGHTS = (
     "torch.exp(scores - scores.amax(-1, keepdim=True))\n    weights = weights / weights.sum(-1, keepdim=True)"
 )
-HEADER = """import base64
-import importlib
-import math
+HEADER = """import math
 
 import torch
 import torch.nn.functional as F
@@ -68,7 +66,11 @@ from torch import nn
 
 
 def source(*parts: str) -> str:
-    return HEADER + "\n".join(textwrap.dedent(p) for p in parts)
+    """A whole functional.py: the usual imports, the modules the parts name that are no allowed ones (a route that
+    needs them is about the record, and releases the hold they cost), then the parts."""
+    body = "\n".join(textwrap.dedent(p) for p in parts)
+    routes = "".join(f"import {module}\n" for module in ("base64", "importlib") if f"{module}." in body)
+    return routes + HEADER + body
 
 
 def student(tmp: Path, functional: str, name: str = "student", **modules: str) -> Path:

@@ -19,6 +19,8 @@ forbidden = ["torch.nn.functional.scaled_dot_product_attention"]  # every proble
 forbidden_ops = ["aten._scaled_dot_product_*"]
 library_glue = ["torch.nn.modules.normalization.*"]  # library functions that may run operators for graded
                                         # code, beside the harness's glue (rule/glue.py); any other holds it
+allowed = ["scipy.special"]             # modules and names graded code may import and use, beside the
+                                        # harness's list (rule/allowed.py); any other holds the problem
 
 [tool.cs-basics.problems.softmax]
 points = 1
@@ -252,6 +254,12 @@ class Assignment:
         """Library functions (fnmatch patterns over `module.qualified_name`) the course adds to the harness's
         glue (rule/glue.py): they may run operators for graded code without holding it."""
         return list(self.table.get("library_glue", []))
+
+    @property
+    def allowed(self) -> list[str]:
+        """Modules and names the course allows graded code beside the harness's list (rule/allowed.py): fnmatch
+        patterns over dotted names, `!` taking one back out."""
+        return list(self.table.get("allowed", []))
 
     @property
     def handout_exclude(self) -> list[str]:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import TYPE_CHECKING
 
+from cs_basics.harness.grading.protocol import Garbled
 from cs_basics.harness.grading.server import HERE, server_env
 from cs_basics.harness.grading.stopping import STOP, StaffError
 
@@ -49,24 +50,28 @@ class ChildLog:
 
 
 class Lines:
-    """JSON events from the progress channel: lines longer than `longest` dropped, at most `budget` bytes read."""
+    """The progress channel's lines, at most `budget` bytes read: each a JSON object, or `Garbled` (a line that
+    is not one, or longer than `longest`: the harness never writes such a line, protocol.py)."""
 
     def __init__(self, longest: int, budget: int):
         self.longest, self.budget = longest, budget
         self.buffer, self.skipping = b"", False
 
-    def feed(self, data: bytes) -> Iterator[dict]:
+    def feed(self, data: bytes) -> Iterator[dict | Garbled]:
         self.budget -= len(data)
         self.buffer += data
         while b"\n" in self.buffer:
             line, self.buffer = self.buffer.split(b"\n", 1)
             if self.skipping:
                 self.skipping = False
+                yield Garbled(f"a line over {self.longest >> 10} KiB")
                 continue
-            with contextlib.suppress(ValueError):
+            try:
                 event = json.loads(line)
-                if isinstance(event, dict):
-                    yield event
+            except ValueError:
+                yield Garbled("a line that is not JSON")
+                continue
+            yield event if isinstance(event, dict) else Garbled("a line that is not a JSON object")
         if len(self.buffer) > self.longest:
             self.buffer, self.skipping = b"", True
 
@@ -105,7 +110,7 @@ class Attempt:
         self.hoarded = False  # its uid held more than tmp_mb in the shared temporary folders
         self.finished = False  # the child said it ran every case and is ending
 
-    def events(self, deadline: Callable[[], float]) -> Iterator[dict | None]:
+    def events(self, deadline: Callable[[], float]) -> Iterator[dict | Garbled | None]:
         """The child's events; None when `deadline()` passes or the grader is told to stop. Ends when
         the job's process has ended and what it wrote is read."""
         while True:
@@ -125,7 +130,7 @@ class Attempt:
                 if fd in self.fds:  # else drain() read it to its end meanwhile (a child killed as a case started)
                     yield from self.read(fd)
 
-    def read(self, fd: int) -> Iterator[dict]:
+    def read(self, fd: int) -> Iterator[dict | Garbled]:
         data = os.read(fd, 65536)
         if self.fds[fd] == "output" and data:
             self.log.add(data)
@@ -271,7 +276,7 @@ class SpawnedAttempt:
             if into is not None:
                 into.put(b"")
 
-    def events(self, deadline: Callable[[], float]) -> Iterator[dict | None]:
+    def events(self, deadline: Callable[[], float]) -> Iterator[dict | Garbled | None]:
         """The children's events, group after group; None when `deadline()` passes or the grader is told to
         stop. Ends when the last child has ended and what it wrote is read."""
         while True:
@@ -283,9 +288,7 @@ class SpawnedAttempt:
             except queue.Empty:
                 continue
             if data:
-                for event in self.lines.feed(data):
-                    if not (event.get("event") == "finished" and self.groups):  # a group's, not the attempt's
-                        yield event
+                yield from self.lines.feed(data)
                 continue
             if self.next_group():
                 return

@@ -2,20 +2,25 @@
 
 Loaded by path, never as part of `cs_basics` (the student's package has that name). By the time
 `run_job` runs, the child is isolated and runs as the job's uid. It checks that this uid can read
-the whole Python environment (else the staff must act, and no student code has run), imports the
-submission, and for each case computes the outputs (and gradients) under the record of operators,
-writes them to `out/<case>.safetensors` and reports progress as JSON lines on the progress channel.
-It decides nothing: the grader compares and scores.
+the whole Python environment (else the staff must act, and no student code has run), loads the grader's
+own modules and arms every defence (the record, the dispatcher's refusal, the seccomp filters, the
+channel's guard), says so ("armed"), and only then runs the first byte of the submission: its package's
+`__init__.py`, the adapters and what they import, all under the import's watch. For each case it computes
+the outputs (and gradients) under the record of operators, writes them to `out/<case>.safetensors` and
+reports progress as numbered JSON lines on the progress channel (rule/evidence.py). It decides nothing:
+the grader checks every line as a protocol (protocol.py), compares and scores.
 """
 
 import contextlib
 import ctypes
 import errno
 import importlib
+import importlib.machinery
 import json
 import os
 import sys
 import traceback
+import types
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -57,18 +62,19 @@ def error_text(err: BaseException, code: Path | None = None) -> tuple[str, str]:
     except Exception as failed:  # a __str__ that raises
         message = f"{type(err).__name__}: (its message could not be read: {type(failed).__name__})"
     try:
-        from cs_basics.harness.diagnosis import folded_traceback
-
-        where = folded_traceback(err, [__file__], code, message=message)
-    except Exception:  # the harness not importable yet (an import error), or a frame it cannot read
+        where = GRADER["cs_basics.harness.diagnosis"].folded_traceback(err, [__file__], code, message=message)
+    except Exception:  # the grader's modules not loaded yet, or a frame it cannot read
         frames = "".join(traceback.format_tb(err.__traceback__, limit=-6))
         where = f"Traceback (most recent call last):\n{frames}{message}"
     return message, cut(where, TRACEBACK_LIMIT)
 
 
 class Reporter:
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
+    """The process's reports (a case started, done, failed), each a line of its channel (rule/evidence.py's
+    Channel), numbered with the evidence: the grader reads them all as one protocol."""
+
+    def __init__(self, channel: Any) -> None:
+        self.channel = channel
 
     def send(self, **event: object) -> None:
         """One JSON line, cut to LINE_LIMIT bytes: no event of one case can exhaust the channel for the others."""
@@ -76,25 +82,23 @@ class Reporter:
             with contextlib.suppress(Exception):
                 stream.flush()
         for limit in (TRACEBACK_LIMIT, 500, 64, 16):  # escapes may make a character 12 bytes long
-            line = (json.dumps(bounded(event, limit)) + "\n").encode()
-            if len(line) <= LINE_LIMIT:
+            body = json.dumps(bounded(event, limit))
+            if len(body) <= LINE_LIMIT - 64:  # the token and the number take the rest
                 break
         else:  # fail closed: a case whose record could not be sent does not pass
             kind = "error" if event.get("event") in ("done", "error") else event.get("event")
-            line = json.dumps({"event": kind, "case": event.get("case"), "message": "its report was too long"}) + "\n"
-            line = line.encode()
-        os.write(self.fd, line)
+            body = json.dumps({"event": kind, "case": event.get("case"), "message": "its report was too long"})
+        self.channel.report(body)
 
-    def failed(self, case_id: str, err: BaseException, record: object, code: Path | None = None, **more: Any) -> None:
-        """A case's error; if even that cannot be put into words (MemoryError), a fixed message instead.
-        `more`: the rest of the event (what the evidence channel had sent by then)."""
+    def failed(self, case_id: str, err: BaseException, record: object, code: Path | None = None) -> None:
+        """A case's error; if even that cannot be put into words (MemoryError), a fixed message instead."""
         try:
             message, where = error_text(err, code)
-            self.send(event="error", case=case_id, message=message, traceback=where, record=record.to_json(), **more)
+            self.send(event="error", case=case_id, message=message, traceback=where, record=record.to_json())
         except BaseException as failed:
             with contextlib.suppress(BaseException):
                 message = f"{type(failed).__name__} (your code's error could not be reported)"
-                self.send(event="error", case=case_id, message=message, traceback="", record=record.to_json(), **more)
+                self.send(event="error", case=case_id, message=message, traceback="", record=record.to_json())
 
 
 def describe(value: object) -> str:
@@ -156,52 +160,96 @@ def check_origin(packages: list[str], code: Path) -> None:
             raise ImportError(f"the submission has no {name!r} package of its own (found {where})")
 
 
+# the grader's own modules a child uses, loaded from the staged tooling before any file of the submission runs
+# (load_grader): what the submission does later to `cs_basics.__path__` or `sys.modules` reaches none of them
+GRADER_MODULES = (
+    "cs_basics.harness.rule.record",
+    "cs_basics.harness.rule.evidence",
+    "cs_basics.harness.rule.outputs",
+    "cs_basics.harness.diagnosis",
+    "cs_basics.harness.cases",
+)
+GRADER: dict[str, types.ModuleType] = {}  # name -> the module, loaded once by load_grader
+
+
+def staff_error(fd: int, err: BaseException | str) -> None:
+    """A failure of the harness's own, on the raw channel: the grader believes it only before any process of
+    the job has said it is armed (before that, no byte of the submission has run); after, it costs the problem."""
+    message = err if isinstance(err, str) else f"{type(err).__name__}: {err}"
+    with contextlib.suppress(BaseException):
+        os.write(fd, (json.dumps({"event": "staff_error", "message": cut(message)}) + "\n").encode())
+
+
 def run_job(job: dict, progress: int, isolated: bool, import_paths: list[str], go: int | None = None) -> None:
     """Run the job's cases; `import_paths` are the folders on sys.path (as the server saw them). With `go`, each
     group's cases' inputs exist only once it said it has imported the submission (see wait_for_inputs)."""
     progress = out_of_reach(progress)
-    report = Reporter(progress)
     try:
-        run_groups(job, report, isolated, import_paths, go)
-    except BaseException as err:  # the harness's own (the student's end in their case): the staff must hear of it,
-        # here, on the channel's new number (the caller's is closed, or another file's by now)
-        with contextlib.suppress(BaseException):
-            report.send(event="staff_error", message=f"{type(err).__name__}: {err}")
+        run_groups(job, progress, isolated, import_paths, go)
+    except BaseException as err:  # the harness's own, here, on the channel's new number (the caller's is closed,
+        staff_error(progress, err)  # or another file's by now)
 
 
-def run_groups(job: dict, report: Reporter, isolated: bool, import_paths: list[str], go: int | None) -> None:
-    progress = report.fd
+def load_grader(code: Path, packages: list[str]) -> None:
+    """The grader's modules (GRADER_MODULES), from the tooling staged in `code`, before any file of the submission
+    runs. Each of `packages` (the student's `cs_basics`, which holds the tooling) is a shell first: its module,
+    with its folder as its path, but without running its `__init__.py` (the student's: run_package_init runs it
+    later, under the import's watch)."""
+    for name in packages:
+        spec = importlib.machinery.ModuleSpec(name, None, is_package=True)
+        spec.submodule_search_locations = [str(code / name)]
+        shell = types.ModuleType(name)
+        shell.__spec__, shell.__path__ = spec, list(spec.submodule_search_locations)
+        sys.modules[name] = shell
+    for name in GRADER_MODULES:
+        GRADER[name] = importlib.import_module(name)
+
+
+def run_package_init(name: str, code: Path) -> None:
+    """The submission's own `__init__.py` of a package that holds the grader's tooling, run in the package's
+    module as an import would have run it (none: a namespace package)."""
+    spec = importlib.machinery.PathFinder.find_spec(name, [str(code)])
+    if spec is None or spec.loader is None or not spec.has_location:
+        return
+    module = sys.modules[name]
+    module.__spec__, module.__loader__, module.__file__ = spec, spec.loader, spec.origin
+    module.__path__ = list(spec.submodule_search_locations or [])
+    module.__cached__ = spec.cached
+    spec.loader.exec_module(module)
+
+
+def run_groups(job: dict, progress: int, isolated: bool, import_paths: list[str], go: int | None) -> None:
     job_dir = Path(job["dir"])
     code = job_dir / "code"
     problem = unreachable(import_paths)
     if problem:
-        report.send(event="staff_error", message=problem)
+        staff_error(progress, problem)
         return
     sys.path[:] = trusted_path(code, job["repo"])
     os.chdir(job_dir / "work")
     os.environ["HOME"] = str(job_dir / "work")
-    from cs_basics.harness.rule import record
-
-    record.install()  # before the submission's code runs: threads it starts are recorded too
+    load_grader(code, job.get("grader_packages", ["cs_basics"]))
+    GRADER["cs_basics.harness.rule.record"].install()  # threads the submission starts are recorded too
     forbid_group_signals()
     guard_channel(progress)  # the evidence goes to the descriptor the grader reads, and only there
     if job["limits"].get("threads"):
         torch.set_num_threads(job["limits"]["threads"])
     groups = cases_by_rule(job)
     if len(groups) == 1:
-        run_group(job, report, isolated, *groups[0], go=go)
-    else:  # problems that forbid different operators: each group in a process of its own, one after another
-        for group in groups:
-            pid = os.fork()
-            if pid == 0:
-                try:
-                    run_group(job, report, isolated, *group, go=go)
-                finally:
-                    os._exit(0)
-            ended = os.waitpid(pid, 0)[1]
-            if ended != 0:  # a case killed the interpreter: end as it did, and a fresh child takes the rest
-                os._exit(os.WEXITSTATUS(ended) if os.WIFEXITED(ended) else 128 + os.WTERMSIG(ended))
-    report.send(event="finished")
+        run_group(job, progress, isolated, *groups[0], go=go)
+        return
+    for group in groups:  # problems that forbid different operators: each group in a process of its own, in turn
+        pid = os.fork()
+        if pid == 0:
+            try:
+                run_group(job, progress, isolated, *group, go=go)
+            except BaseException as err:
+                staff_error(progress, err)
+            finally:
+                os._exit(0)
+        ended = os.waitpid(pid, 0)[1]
+        if ended != 0:  # a case killed the interpreter: end as it did, and a fresh child takes the rest
+            os._exit(os.WEXITSTATUS(ended) if os.WIFEXITED(ended) else 128 + os.WTERMSIG(ended))
 
 
 def wait_for_inputs(go: int | None) -> None:
@@ -222,18 +270,19 @@ def cases_by_rule(job: dict) -> list[tuple[list[str], list[str]]]:
 
 
 def run_group(
-    job: dict, report: Reporter, isolated: bool, forbidden_ops: list[str], case_ids: list[str], go: int | None = None
+    job: dict, progress: int, isolated: bool, forbidden_ops: list[str], case_ids: list[str], go: int | None = None
 ) -> None:
-    """Import the submission and run cases that forbid the same operators, which are not there from
-    before the import on: torch's dispatcher raises for them, whatever the code does to the record."""
-    from cs_basics.harness.rule import record
-    from cs_basics.harness.rule.evidence import Channel
-    from cs_basics.harness.rule.outputs import plain_outputs
-
+    """Arm, import the submission and run cases that forbid the same operators, which are not there from before
+    the import on: torch's dispatcher raises for them, whatever the code does to the record. Every line this
+    process sends is numbered on its own channel, which starts with "armed" and ends with "finished"."""
+    record = GRADER["cs_basics.harness.rule.record"]
+    plain_outputs = GRADER["cs_basics.harness.rule.outputs"].plain_outputs
+    run_call = GRADER["cs_basics.harness.cases"].run_call
     rule = job["rule"]
     code = Path(job["dir"]) / "code"
     # the evidence leaves this process as it is seen, on the progress channel; the refusal belongs to no Python object
-    channel = Channel(report.fd)
+    channel = GRADER["cs_basics.harness.rule.evidence"].Channel(progress)
+    report = Reporter(channel)
     refusal = record.remove_operators(forbidden_ops, channel, for_good=True)
     frames = record.StudentFrames(code, record.student_predicate(rule["student_code"], rule["excluded"]))
     # the library functions that may run operators for the student's code; this file is the grader's
@@ -246,17 +295,20 @@ def run_group(
         evidence = {"channel": channel, "charged": charged, "refusal": checked, "importing": importing}
         return record.Watch(forbidden_ops, frames, rule.get("record", True), library=library, **evidence)
 
+    device = torch.device(job["device"])
+    torch.zeros(1, device=device)  # the device's start-up (CUDA's takes seconds), the harness's before the import
+    report.send(event="armed")  # from here on the submission's code runs: nothing it sends is the staff's word
     try:
-        with watch(case_ids, importing=True):  # the import is watched too, charged to every case of this process
+        with watch(case_ids, importing=True):  # the import is watched, charged to every case of this process
+            for package in job.get("grader_packages", ["cs_basics"]):
+                run_package_init(package, code)
             adapters = importlib.import_module(job["adapters"])
+            modules = [importlib.import_module(module) for module in job["case_modules"]]
         check_origin(job["student_packages"], code)
-        cases = {c.id: c for module in job["case_modules"] for c in importlib.import_module(module).CASES}
-        from cs_basics.harness.cases import run_call
+        cases = {c.id: c for module in modules for c in module.CASES}
     except BaseException as err:  # a stub, a SyntaxError, an ImportError, SystemExit at import
         report.send(event="import_error", message=error_text(err, code)[1])
         return
-    device = torch.device(job["device"])
-    torch.zeros(1, device=device)  # the device's start-up (CUDA's takes seconds) counts before the first case
     # after the import (a process it forks inherits the operators' replacement; one it starts by exec, the
     # scan holds for review), before any case: from here on the kernel refuses every new process
     forbid_new_processes()
@@ -272,9 +324,10 @@ def run_group(
                 outputs = copied_outputs(run_call(case, adapters, inputs, device), plain_outputs)
             save_outputs(outputs, Path(job["dir"]) / "out" / f"{case_id}.safetensors")
         except BaseException as err:  # KeyboardInterrupt and SystemExit too: the case failed, grading goes on
-            report.failed(case_id, err, watched.record, code, evidence=channel.count())  # the student's frames first
+            report.failed(case_id, err, watched.record, code)  # the student's frames first
             continue
-        report.send(event="done", case=case_id, record=watched.record.to_json(), evidence=channel.count())
+        report.send(event="done", case=case_id, record=watched.record.to_json())
+    report.send(event="finished")
 
 
 # ---------------------------------------------------------------- no new process, in the kernel

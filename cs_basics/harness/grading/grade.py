@@ -30,7 +30,7 @@ from cs_basics.harness.grading.staging import take as take  # regrade's import
 from cs_basics.harness.grading.stopping import StaffError
 from cs_basics.harness.grading.worker import Worker, named_libraries
 from cs_basics.harness.portable import scan_notes
-from cs_basics.harness.rule.fromscratch import HELD, FromScratch, excluded_code, runtime_breach
+from cs_basics.harness.rule.fromscratch import HELD, TOOLING_PACKAGES, FromScratch, excluded_code, runtime_breach
 from cs_basics.harness.rule.fromscratch import student_files as student_files  # the handout's import
 from cs_basics.harness.rule.glue import GLUE
 from cs_basics.harness.rule.record import recording
@@ -147,6 +147,7 @@ def job_settings(assignment: Assignment, folder: Path, device: torch.device, wor
         "repo": str(assignment.root),
         "adapters": assignment.adapters_module,
         "case_modules": case_modules(assignment, hidden=False),
+        "grader_packages": TOOLING_PACKAGES,
         "student_packages": sorted({Path(p).parts[0].removesuffix(".py") for p in assignment.student_code}),
         "device": str(device),
         "rule": {

@@ -16,6 +16,7 @@ from cs_basics.harness.cgroup import oom_kills
 from cs_basics.harness.grading.attempts import ChildLog, child_module
 from cs_basics.harness.grading.limits import Limits, killed_for_memory, out_of_memory
 from cs_basics.harness.grading.litter import remove_tree
+from cs_basics.harness.grading.protocol import STAFF_ERROR, Protocol
 from cs_basics.harness.grading.stopping import STOP, StaffError, stop_reason
 from cs_basics.harness.portable import open_unfollowed
 from cs_basics.harness.rule.evidence import Received
@@ -30,8 +31,6 @@ if TYPE_CHECKING:
 
 OUTPUT_FILE_LIMIT = 16 << 20  # the largest outputs file read back
 
-UNREPORTED = "your code's result for this case could not be reported (its message was too long?); the other cases ran"
-
 
 @dataclass
 class CaseRun:
@@ -44,10 +43,13 @@ class CaseRun:
 
 def run_once(worker: Worker, job: dict, cases: list[str], state: RunState) -> tuple[list[str], bool]:
     """One child over `cases`; fills `state.runs` for the cases it reached. Returns the unreached ones,
-    and whether a fresh child should take them (not after an import failure, the total limit or a stop)."""
+    and whether a fresh child should take them (not after an import failure, the total limit or a stop).
+    Every line the child sends is checked against the protocol first (protocol.py): one that breaks it costs
+    the problem it is charged to and is not acted on."""
     limits = worker.limits
     kills = oom_kills()
     groups = [group for _, group in child_module().cases_by_rule(job | {"cases": cases})]  # the child's order
+    protocol = Protocol(groups)
     if worker.spawns:  # a fresh Python per group has no way to wait for its inputs: they are written first
         state.hand_inputs(cases, Path(job["dir"]))
     attempt = worker.attempt(job | {"cases": cases}, state.log_for(cases[0]))
@@ -60,37 +62,39 @@ def run_once(worker: Worker, job: dict, cases: list[str], state: RunState) -> tu
                 return state.hoarded(remaining, current, attempt.hoard.limit >> 20)
             if event is None:  # a limit passed, or the grader is stopping
                 return state.out_of_time(remaining, current, started)
+            wrong = protocol.check(event)
+            if wrong is not None:
+                state.tamper(protocol.charged(event), wrong)
+                continue
             kind, case = event.get("event"), event.get("case")
-            if kind == "staff_error" and state.hidden:  # every check for the staff passed before the public cases:
+            if kind == STAFF_ERROR and state.hidden:  # every check for the staff passed before the public cases:
                 why = f"the process running your code stopped: {event.get('message', '')}"  # this may hold hidden data
                 state.halt(remaining, why)
                 return [], False
-            if kind == "staff_error":
+            if kind == STAFF_ERROR:  # before any process of the job was armed: no byte of the submission ran
                 raise StaffError(str(event.get("message", "")))
             if kind == "import_error":
                 state.halt(remaining, f"your code failed to import:\n{event.get('message', '')}")
                 return [], False
             if kind == "evidence":  # the rule's evidence, sent as it was seen (rule/evidence.py)
                 state.evidence(event, cases)
+            elif kind == "armed":
+                deadline = min(time.monotonic() + limits.import_seconds, state.stop_at)
             elif kind == "ready":
                 deadline = state.stop_at
                 if not worker.spawns:  # the submission is imported: only now its group's inputs exist
-                    state.hand_inputs(groups.pop(0) if groups else [], Path(job["dir"]))
+                    state.hand_inputs(protocol.group_cases(), Path(job["dir"]))
                     attempt.go()
-            elif kind in ("start", "finished") and current is not None:  # its report was lost (a line too long)
-                state.fail([current], UNREPORTED)
-                remaining.remove(current)
-                current = None
-            if kind == "start" and case in remaining:
+            elif kind == "start":
                 attempt.drain()  # what was printed so far belongs to the case before (or to the import)
                 attempt.log = state.log_for(case)
                 current, started = case, time.monotonic()
                 deadline = min(started + limits.case_seconds, state.stop_at)
-            elif kind in ("done", "error") and case == current:
+            elif kind in ("done", "error"):
                 state.finish(case, event, time.monotonic() - started)
                 remaining.remove(case)
                 current, deadline = None, state.stop_at
-            elif kind == "finished":
+            elif kind == "finished" and protocol.group == len(groups) - 1:
                 attempt.finished = True
                 break
         attempt.end()
@@ -161,6 +165,22 @@ class RunState:
             if run is not None and run.record is not None and event in self.received.lines.get(case, []):
                 run.record = merged(run.record, [event])
 
+    def tamper(self, cases: list[str], what: str) -> None:
+        """A line that broke the channel's protocol (protocol.py): tampering, charged to `cases`; a case that has
+        no record of its own by the end gets one (collect_tampering)."""
+        self.evidence({"event": "evidence", "kind": "tampering", "what": what, "cases": cases}, cases)
+
+    def collect_tampering(self) -> None:
+        """Every case charged with tampering has it in its record, whether or not it ran."""
+        from cs_basics.harness.rule.evidence import merged
+        from cs_basics.harness.rule.record import Record
+
+        for case, lines in self.received.lines.items():
+            tampering = [line for line in lines if line.get("kind") == "tampering"]
+            run = self.runs.get(case)
+            if tampering and run is not None and run.record is None:
+                run.record = merged(Record(), tampering)
+
     def cut_off(self, case: str, how: str | None) -> None:
         """The child ended while sending the rule's evidence (rule/evidence.py): the case's record is not whole."""
         from cs_basics.harness.rule.evidence import LOST_STATUS, merged
@@ -173,9 +193,7 @@ class RunState:
         from cs_basics.harness.rule.evidence import merged
         from cs_basics.harness.rule.record import Record
 
-        reported = Record.from_json(event.get("record", {}))
-        complete = self.received.complete(event.get("evidence"))
-        record = merged(reported, self.received.evidence(case), complete)
+        record = merged(Record.from_json(event.get("record", {})), self.received.evidence(case))
         if event.get("event") == "done":
             self.runs[case] = CaseRun(outputs={}, seconds=seconds, record=record)  # read once the child is gone
         else:
@@ -261,6 +279,7 @@ def run_cases(
                 run_phase(worker, hidden_job, later, state)
     finally:
         worker.clean_up(*folders)
+    state.collect_tampering()
     for case, log in state.printed.items():
         state.runs[case].printed = log.text()
     return state.runs, state.log.text()

@@ -11,10 +11,11 @@ is a socket pair whose child end is shut for reading: unlike a pipe's, it cannot
 
 The writer keeps what it needs in its closure, taken when the channel is made (before the submission
 is imported): replacing `os.write`, `json` or the channel's attributes later changes nothing it does.
-Each line carries the channel's token and a number; every case's report says how many lines the
-channel had sent by then, so a line that never arrived (the descriptor pointed elsewhere for a while)
-shows as a gap. A line that cannot be written ends the process at once with `LOST_STATUS`. Either way
-the grader holds the problem: "the rule's record was cut off".
+Every line the process sends, its reports (a case started, done, failed) as well as its evidence, carries
+the channel's token and the next number, written whole under one lock: the grader reads them as a
+protocol (grading/protocol.py) in which a line missing, repeated, out of order or not written by this
+writer shows, and costs the problem. A line that cannot be written ends the process at once with
+`LOST_STATUS`: the grader holds the problem ("the rule's record was cut off").
 
 In the students' pytest run the student's code runs in pytest's own process, beside anything the
 plugin could write to or read from: there the record stays in memory (pytest's verdict is advice; the
@@ -28,7 +29,7 @@ import os
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from cs_basics.harness.rule.record import Record
@@ -40,7 +41,7 @@ FIELD_LIMIT = 1500  # characters of one field of a line (a `where` of six frames
 
 
 class Channel:
-    """Evidence written at once to `fd`, one line each; see the module's docstring."""
+    """Every line a process of the grader's child sends, numbered; see the module's docstring."""
 
     def __init__(self, fd: int) -> None:
         write, exit_now, quote, lock = os.write, os._exit, json.encoder.encode_basestring_ascii, threading.Lock()
@@ -48,32 +49,35 @@ class Channel:
         sent = [0]
         charged: list[tuple[str, ...]] = [()]  # the cases the evidence is charged to now
 
+        def put(body: str) -> None:
+            """`body`, a JSON object's text, as the next line: the caller holds the lock."""
+            sent[0] += 1
+            line = f'{{"t": "{token}", "n": {sent[0]}, {body[1:]}\n'.encode()
+            try:
+                while line:
+                    line = line[write(fd, line) :]
+            except BaseException:
+                exit_now(LOST_STATUS)
+
         def send(kind: str, **fields: str) -> None:
-            """One line: written whole under the lock, or the process ends (the grader then holds the problem)."""
+            """One line of evidence, whole under the lock, or the process ends (the grader holds the problem)."""
             body = "".join(f", {quote(k)}: {quote(str.__str__(v)[:FIELD_LIMIT])}" for k, v in fields.items())
             with lock:
-                sent[0] += 1
                 cases = ", ".join(quote(c) for c in charged[0])
-                line = f'{{"event": "{EVENT}", "t": "{token}", "n": {sent[0]}, "kind": {quote(kind)}, '
-                line = (line + f'"cases": [{cases}]{body}}}\n').encode()
-                try:
-                    while line:
-                        line = line[write(fd, line) :]
-                except BaseException:
-                    exit_now(LOST_STATUS)
+                put(f'{{"event": "{EVENT}", "kind": {quote(kind)}, "cases": [{cases}]{body}}}')
+
+        def report(body: str) -> None:
+            """One of the process's reports (`body`: a JSON object's text, made by the caller), numbered as the rest."""
+            with lock:
+                put(body)
 
         def charge(cases: Iterable[str]) -> None:
             with lock:
                 charged[0] = tuple(cases)
 
-        def count() -> dict[str, Any]:
-            """What a case's report says of the channel: its token and how many lines it has sent."""
-            with lock:
-                return {"t": token, "n": sent[0]}
-
         self.send: Callable[..., None] = send
+        self.report: Callable[[str], None] = report
         self.charge: Callable[[Iterable[str]], None] = charge
-        self.count: Callable[[], dict[str, Any]] = count
 
 
 @dataclass
@@ -81,24 +85,14 @@ class Received:
     """The grader's side: the evidence lines read from one submission's children, by case."""
 
     lines: dict[str, list[dict]] = field(default_factory=dict)  # case -> its evidence, in the order read
-    seen: dict[str, set[int]] = field(default_factory=dict)  # a channel's token -> the numbers of its lines read
 
     def add(self, event: dict, cases: Iterable[str]) -> None:
         """One evidence event, charged to the cases it names among `cases` (those its child was given)."""
-        token, number = event.get("t"), event.get("n")
-        if isinstance(token, str) and isinstance(number, int):
-            self.seen.setdefault(token, set()).add(number)
         named = event.get("cases")
         given = set(cases)
         for case in named if isinstance(named, list) else []:
             if isinstance(case, str) and case in given:
                 self.lines.setdefault(case, []).append(event)
-
-    def complete(self, count: Any) -> bool:
-        """Whether every line a channel said it had sent (a case's report's `evidence`) was read."""
-        if not isinstance(count, dict) or not isinstance(count.get("t"), str) or not isinstance(count.get("n"), int):
-            return False
-        return set(range(1, count["n"] + 1)) <= self.seen.get(count["t"], set())
 
     def evidence(self, case: str) -> list[dict]:
         return list(self.lines.get(case, []))

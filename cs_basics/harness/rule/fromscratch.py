@@ -18,6 +18,7 @@ from functools import cached_property
 from pathlib import Path
 
 from cs_basics.harness.config import Assignment, Problem
+from cs_basics.harness.rule.allowed import ALLOWED
 from cs_basics.harness.rule.evidence import combined
 from cs_basics.harness.rule.glue import GLUE
 from cs_basics.harness.rule.library import LibraryCalls
@@ -37,6 +38,9 @@ from cs_basics.harness.rule.scanprocess import Scanner, scan_bounded, scan_resul
 # cs_basics's tooling, not the student's: the grader stages its own copy over the submission's and
 # never scans it, in this assignment and in any later one that grades the student's cs_basics
 TOOLING = ("cs_basics/harness", "cs_basics/study", "cs_basics/cli.py")
+# the packages that hold the tooling: the student's own `cs_basics` (its `__init__.py` is the student's), which the
+# grader's child makes a shell of to load its own modules from before any file of the submission runs
+TOOLING_PACKAGES = sorted({path.split("/")[0] for path in TOOLING if "/" in path})
 
 
 def excluded_code(assignment: Assignment) -> list[str]:
@@ -222,6 +226,7 @@ class FromScratch:
             "adapters": self.assignment.adapters_module,
             "adapters_path": str(self.code / (self.assignment.adapters_module.replace(".", "/") + ".py")),
             "problems": {name: [list(p.adapters), list(p.forbidden)] for name, p in self.assignment.problems.items()},
+            "allowed": [*ALLOWED, *self.assignment.allowed],
         }
 
     @property

@@ -89,6 +89,26 @@ REFUSAL_MARK = "cs-basics-refusal"  # the "file" the refusing kernels are regist
 
 MAX_FRAMES = 6  # of the student's stack in a message
 
+# operators that compute no value of an answer: views, copies and casts, tensors made from constants, sizes,
+# comparisons and logic (a mask). Library code may run these for the student's code (numpy building a mask,
+# a tensor converted to an array and back) without holding the problem; arithmetic (exp, sum, max, matmul, ...)
+# run by library code that is no glue holds it (library.py). A list of what is allowed, as glue.py's is.
+COMPUTES_NOTHING = frozenset(
+    f"aten.{name}"
+    for name in (
+        "view", "_unsafe_view", "_reshape_alias", "alias", "detach", "detach_", "t", "transpose", "permute",
+        "expand", "expand_as", "reshape", "view_as", "squeeze", "unsqueeze", "select", "slice", "as_strided",
+        "unbind", "split", "split_with_sizes", "chunk", "flatten", "unflatten", "movedim", "contiguous", "clone",
+        "copy_", "_to_copy", "to", "_copy_from", "_copy_from_and_resize", "lift_fresh", "lift_fresh_copy",
+        "resolve_conj", "resolve_neg", "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided",
+        "zeros", "zeros_like", "new_zeros", "ones", "ones_like", "new_ones", "full", "full_like", "new_full",
+        "fill_", "zero_", "arange", "scalar_tensor", "eye", "tril", "triu", "_local_scalar_dense", "is_nonzero",
+        "eq", "ne", "lt", "le", "gt", "ge", "logical_not", "logical_and", "logical_or", "logical_xor",
+        "bitwise_not", "bitwise_and", "bitwise_or", "bitwise_xor", "set_", "resize_", "sym_size", "sym_stride",
+        "sym_numel", "sym_storage_offset", "dim", "size", "stride", "numel", "is_same_size",
+    )
+)  # fmt: skip
+
 # set to 0 only to measure what the record costs (benchmarks/record_overhead.py): it switches the
 # run-time half of the from-scratch rule off, in the grader's environment as in pytest's
 RECORD_ENV = "CS_BASICS_RECORD_OPS"
@@ -244,6 +264,7 @@ class Watch:
         self.record = Record()
         self._library: Any = None
         self._forbidden: dict[Any, bool] = {}
+        self._computes: dict[Any, bool] = {}  # operator -> whether it computes a value (not COMPUTES_NOTHING)
         self._seen_ops: set[str] = set()
         self._sentinel = torch.zeros(())
         self._sentinel_seen = False
@@ -260,8 +281,11 @@ class Watch:
             forbidden = self._forbidden[func] = forbids(self.patterns, str(func.overloadpacket))
         if forbidden:
             self.saw_op(str(func.overloadpacket))
-        # the frame that ran the operator, under __torch_dispatch__ (none in a thread of torch's own: autograd's)
-        self.saw_frame(sys._getframe(1).f_back)
+        computes = self._computes.get(func)
+        if computes is None:
+            computes = self._computes[func] = str(func.overloadpacket) not in COMPUTES_NOTHING
+        if computes:  # the frame that ran it, under __torch_dispatch__ (none in a thread of torch's own: autograd's)
+            self.saw_frame(sys._getframe(1).f_back)
 
     def saw_frame(self, frame: Any) -> None:
         """An operator ran in `frame`: library code that is no glue there computed on the student's behalf."""

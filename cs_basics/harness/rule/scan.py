@@ -19,6 +19,8 @@ import ast
 import fnmatch
 import json
 import pickle
+import re
+import string
 import sys
 import threading
 from collections import Counter
@@ -29,6 +31,7 @@ from pathlib import Path
 
 from cs_basics.harness.cgroup import killed_first
 from cs_basics.harness.portable import is_linux, unix_module
+from cs_basics.harness.rule.allowed import ALLOWED, Allowed
 
 MAIN_GUARD = "__name__"  # `if __name__ == "__main__":` blocks never run on import
 DEPTH_LIMIT = 3000  # syntax-tree levels: deeper than Python itself compiles with its default recursion limit
@@ -257,10 +260,19 @@ def references(node: ast.AST) -> Iterator[tuple[list[str], int]]:
 class Program:
     """The student's modules, and what each problem's entry point reaches in them."""
 
-    def __init__(self, modules: Iterable[Module]):
+    def __init__(self, modules: Iterable[Module], allowed: Allowed | None = None):
         self.modules = {m.name: m for m in modules}
+        self.allowed = allowed if allowed is not None else Allowed()
         self._instances: dict[str, dict[str, bool]] = {}
         self._plain_classes: dict[tuple, bool] = {}
+
+    def owns(self, name: str) -> bool:
+        """Whether a dotted module name is the student's own (one of its modules, or a package holding them)."""
+        return (
+            bool(name)
+            and any(m == name or m.startswith(name + ".") for m in self.modules)
+            and not any(name == t or name.startswith(t + ".") for t in TOOLING_NAMES)
+        )
 
     @cached_property
     def trusted_methods(self) -> set[int]:
@@ -523,9 +535,9 @@ def entry_points(adapters: Module, program: Program, function: str) -> list[tupl
 
 # ---------------------------------------------------------------- constructs that reach into the interpreter
 
-# Code a problem runs may not reach the grader's objects in its own process, nor build names this scan
-# cannot read: a use of one of these holds the problem for the staff's review (see README, "From scratch").
-# Modules whose every name is held (a few harmless names of sys excepted), wherever they are reached:
+# Code a problem runs may name only what the course allows (rule/allowed.py), may not reach the grader's objects
+# in its own process, nor build names this scan cannot read: anything else holds the problem for the staff's
+# review (docs/grading.md, "From scratch"). Why the best-known modules are held, in the hold's words:
 HELD_MODULES = {
     "sys": "the interpreter's module registry and frames (sys.modules, sys._getframe)",
     "gc": "the garbage collector's list of every object",
@@ -544,14 +556,8 @@ HELD_MODULES = {
     "runpy": "code run by a name built at run time",
     "code": "code run from a string",
 }
-HARMLESS = {
-    "sys.float_info", "sys.maxsize", "sys.stdout", "sys.stderr", "sys.version_info", "sys.platform",
-    "sys.byteorder", "sys.path", "sys.argv", "sys.exit", "sys.getsizeof", "sys.setrecursionlimit",
-    "types.SimpleNamespace", "os._exit",
-    # threads, not processes: the record follows them and the dispatcher's override holds in them
-    "multiprocessing.dummy", "multiprocessing.pool.ThreadPool", "multiprocessing.cpu_count",
-}  # fmt: skip
-# a fresh interpreter, without the forbidden operators' replacement (a forked process inherits it)
+# ... and names of modules the course may allow otherwise: a fresh interpreter, without the forbidden operators'
+# replacement (a forked process inherits it)
 HELD_PATTERNS = {
     pattern: "another process, started by exec"
     for pattern in ("os.system", "os.popen", "os.posix_spawn*", "os.exec*", "os.spawn*", "os.startfile")
@@ -581,7 +587,7 @@ HELD_CALLS = {
     "__import__": "an import by a name built at run time", "globals": "a module's namespace as a dictionary",
     "vars": "an object's namespace as a dictionary", "breakpoint": "a debugger",
 }  # fmt: skip
-DYNAMIC_ATTRIBUTE = {"getattr", "setattr", "delattr"}
+DYNAMIC_ATTRIBUTE = {"getattr", "setattr", "delattr", "hasattr"}
 VALUE_HELD = {*HELD_CALLS, *DYNAMIC_ATTRIBUTE}  # passed as a value (`map(getattr, ...)`), called where no scan sees
 HELD_ATTRIBUTES = set(HELD_MODULES) - COMMON_WORDS  # `anything.sys`: a module reached through any object
 TOOLING_NAMES = ("cs_basics.harness", "cs_basics.study", "cs_basics.cli", "tests", "hidden")  # the grader's code
@@ -598,20 +604,20 @@ class Construct:
         return f"{self.what} ({self.why})" + (f" at {self.path}:{self.line}" if self.path else "")
 
 
-def _held_name(full: str) -> str | None:
-    """Why a resolved library name is held, else None."""
-    parts = full.split(".")
-    harmless = next((h for h in HARMLESS if full == h or full.startswith(h + ".")), None)
-    if harmless:  # sys.path.append too; what is reached through it is judged all the same (multiprocessing.dummy.sys)
-        return _held_attributes(parts[len(harmless.split(".")) :])
-    if parts[0] in HELD_MODULES:
-        return HELD_MODULES[parts[0]]
-    pattern = matches(full, HELD_PATTERNS)
-    if pattern:
-        return HELD_PATTERNS[pattern]
+def held_name(full: str, allowed: Allowed) -> str | None:
+    """Why a resolved library name is held (the grader's own code; a name the course does not allow), else None."""
     if any(full == t or full.startswith(t + ".") for t in TOOLING_NAMES):
         return "the grader's own code"
-    return _held_attributes(parts[1:])
+    why = allowed.why_held(full)
+    if why is None:
+        return _held_attributes(full.split(".")[1:])
+    parts = full.split(".")
+    pattern = matches(full, HELD_PATTERNS)
+    known = HELD_PATTERNS[pattern] if pattern else HELD_MODULES.get(parts[0])
+    return f"{why}: {known}" if known else f"{why}; {ALLOW_MORE}"
+
+
+ALLOW_MORE = "a course allows more with `allowed` in [tool.cs-basics]"
 
 
 def _held_attributes(parts: list[str]) -> str | None:
@@ -861,6 +867,8 @@ def constructs(module: Module, program: Program, nodes: Iterable[ast.AST]) -> li
             and dotted(n.func.value) == ["object"] and n.args and n.args[0] in own
         }  # fmt: skip
         called = {id(n.func) for n in ast.walk(node) if isinstance(n, ast.Call)}
+        for what, why, line in [*imports(module, program, node), *strings_run(module, program, node)]:
+            held(what, why, line)
         for n in ast.walk(node):
             if isinstance(n, ast.Name) and n.id in VALUE_HELD and id(n) not in called and n.id not in module.defs:
                 held(f"{n.id} as a value", "a call whose arguments this scan cannot read", n.lineno)
@@ -894,15 +902,126 @@ def constructs(module: Module, program: Program, nodes: Iterable[ast.AST]) -> li
                 held(n.id, "other code's objects", n.lineno)
         for chain, line in references(node):
             full, target = program.resolve(module, chain)
-            why = None if target is not None or chain[0] not in module.aliases else _held_name(full)
+            why = None if target is not None or chain[0] not in module.aliases else held_name(full, program.allowed)
             if why:
                 held(full, why, line)
     unique = {(c.path, c.line, c.what): c for c in found}
     return sorted(unique.values(), key=lambda c: (c.path, c.line, c.what))
 
 
+def imports(module: Module, program: Program, node: ast.AST) -> Iterator[tuple[str, str, int]]:
+    """The imports in `node` of modules and names the course does not allow (the student's own modules always are):
+    (what, why, line)."""
+    for n in ast.walk(node):
+        if isinstance(n, ast.Import):
+            for alias in n.names:
+                why = None if program.owns(alias.name) else _import_held(alias.name, program.allowed)
+                if why:
+                    yield f"import {alias.name}", why, n.lineno
+        elif isinstance(n, ast.ImportFrom):
+            base = n.module or ""
+            if n.level:
+                package = module.name.split(".") if module.path.endswith("__init__.py") else module.name.split(".")[:-1]
+                base = ".".join([*package[: len(package) - n.level + 1], *([base] if base else [])])
+            for alias in n.names:
+                full = base if alias.name == "*" else f"{base}.{alias.name}"
+                if program.owns(full) or program.owns(base):
+                    continue
+                if alias.name == "*":
+                    yield (
+                        f"from {base} import *",
+                        "a star import of a library (the names it binds cannot be read)",
+                        n.lineno,
+                    )
+                    continue
+                why = held_name(full, program.allowed) if program.allowed.why_held(full) else None
+                if why is None and any(full == t or full.startswith(t + ".") for t in TOOLING_NAMES):
+                    why = "the grader's own code"
+                if why:
+                    yield f"from {base} import {alias.name}", why, n.lineno
+
+
+def _import_held(name: str, allowed: Allowed) -> str | None:
+    if any(name == t or name.startswith(t + ".") for t in TOOLING_NAMES):
+        return "the grader's own code"
+    return None if allowed.allows_import(name) else held_name(name, allowed)
+
+
+FORMAT_METHODS = ("format", "format_map")
+# what jaxtyping reads in a dimension string: names, numbers, arithmetic and its marks (*, #, ..., _); it evaluates
+# what else it finds there as Python
+JAXTYPING_DIMENSIONS = re.compile(r"^[\w\s*#+\-/%,.]*$")
+
+
+def strings_run(module: Module, program: Program, node: ast.AST) -> Iterator[tuple[str, str, int]]:
+    """Strings that libraries read as code or as lookups by name: a format template's fields (`"{0.__globals__}"`:
+    attributes read by name), an annotation or a jaxtyping dimension written as a string (beartype and jaxtyping
+    evaluate them). (what, why, line)."""
+    for n in ast.walk(node):
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in FORMAT_METHODS:
+            yield from _format_template(module, n)
+        annotations = []
+        if isinstance(n, ast.arg | ast.AnnAssign) and n.annotation is not None:
+            annotations.append(n.annotation)
+        if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.returns is not None:
+            annotations.append(n.returns)
+        for annotation in annotations:
+            text = annotation.value if isinstance(annotation, ast.Constant) else None
+            if isinstance(text, str) and not _type_expression(text):
+                yield (
+                    f"the annotation {_describe(annotation)}",
+                    "code in a string that type checkers evaluate",
+                    n.lineno,
+                )
+        chain = dotted(n.value) if isinstance(n, ast.Subscript) else None
+        if chain and program.resolve(module, chain)[0].startswith("jaxtyping."):
+            for part in n.slice.elts if isinstance(n.slice, ast.Tuple) else [n.slice]:
+                text = part.value if isinstance(part, ast.Constant) else None
+                if isinstance(text, str) and (not JAXTYPING_DIMENSIONS.fullmatch(text) or "__" in text):
+                    yield f"the dimensions {_describe(part)}", "code in a string that jaxtyping evaluates", n.lineno
+
+
+def _format_template(module: Module, call: ast.Call) -> Iterator[tuple[str, str, int]]:
+    """`template.format(...)`: held when the template is built at run time, or a field reads a private or dunder
+    attribute or item by name (`"{0.__globals__}"`)."""
+    template = call.func.value
+    if dotted(template) == ["str"] and call.args:  # str.format(template, ...)
+        template = call.args[0]
+    if not (isinstance(template, ast.Constant) and isinstance(template.value, str)):
+        chain = dotted(template)
+        if not (chain and chain[0] in module.aliases):  # a library's own `format` (`numpy.format_parser`)
+            why = "a format template this scan cannot read (its fields read attributes by name)"
+            yield f"{_describe(call.func)}()", why, call.lineno
+    elif lookups := _format_lookups(template.value):
+        why = "a private or dunder attribute read by a name in a string"
+        yield f"the format field {lookups[0]!r}", why, call.lineno
+
+
+def _format_lookups(template: str) -> list[str]:
+    """The fields of a format template that read a private or dunder attribute or item by name (`{0.__class__}`)."""
+    try:
+        fields = [f for _, f, _, _ in string.Formatter().parse(template) if f]
+    except ValueError:
+        return []
+    return [f for f in fields if re.search(r"[.\[]_", f)]
+
+
+def _type_expression(text: str) -> bool:
+    """Whether a string annotation is a plain type: names, attributes, subscripts, `|`, constants, `None`."""
+    try:
+        tree = ast.parse(text, mode="eval")
+    except (SyntaxError, ValueError):
+        return True  # not Python: nothing evaluates it as code (a type checker fails on it)
+    allowed = (ast.Expression, ast.Name, ast.Attribute, ast.Subscript, ast.Tuple, ast.List, ast.Constant,
+               ast.BinOp, ast.BitOr, ast.Load, ast.Index if hasattr(ast, "Index") else ast.Constant)  # fmt: skip
+    return all(isinstance(n, allowed) for n in ast.walk(tree)) and not any(
+        isinstance(n, ast.Name | ast.Attribute) and (getattr(n, "id", "") or getattr(n, "attr", "")).startswith("__")
+        for n in ast.walk(tree)
+    )
+
+
 def judged_by_name(module: Module, program: Program, node: ast.expr | None) -> bool:
-    """Whether `node` is a chain of a library name (`torch.sys`), which _held_name judges whole."""
+    """Whether `node` is a chain of a library name (`torch.sys`), which held_name judges whole."""
     chain = dotted(node) if node is not None else None
     return bool(chain) and chain[0] in module.aliases and program.resolve(module, chain)[1] is None
 
@@ -926,6 +1045,7 @@ def scan(job: dict) -> dict[str, tuple[list[Use], list[Construct]]]:
     code = Path(job["code"])
     try:
         program = Program.parse(code, [Path(f) for f in job["files"]])
+        program.allowed = Allowed(job.get("allowed", ALLOWED))
     except (Unreadable, RecursionError, MemoryError):
         raise
     except Exception as err:  # a bug of the scan's on valid Python: every problem read by a person, not stopped
