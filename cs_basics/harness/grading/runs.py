@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 
 OUTPUT_FILE_LIMIT = 16 << 20  # the largest outputs file read back
 
+UNREPORTED = "your code's result for this case never reached the grader (a line of its progress channel was lost)"
+
 
 @dataclass
 class CaseRun:
@@ -62,9 +64,10 @@ def run_once(worker: Worker, job: dict, cases: list[str], state: RunState) -> tu
                 return state.hoarded(remaining, current, attempt.hoard.limit >> 20)
             if event is None:  # a limit passed, or the grader is stopping
                 return state.out_of_time(remaining, current, started)
-            wrong = protocol.check(event)
+            wrong, act = protocol.check(event)
             if wrong is not None:
-                state.tamper(protocol.charged(event), wrong)
+                state.tamper(protocol.blamed, wrong)
+            if not act:
                 continue
             kind, case = event.get("event"), event.get("case")
             if kind == STAFF_ERROR and state.hidden:  # every check for the staff passed before the public cases:
@@ -86,11 +89,14 @@ def run_once(worker: Worker, job: dict, cases: list[str], state: RunState) -> tu
                     state.hand_inputs(protocol.group_cases(), Path(job["dir"]))
                     attempt.go()
             elif kind == "start":
+                if current is not None:  # the case before never reported (a line lost: tampering, charged)
+                    state.fail([current], UNREPORTED)
+                    remaining.remove(current)
                 attempt.drain()  # what was printed so far belongs to the case before (or to the import)
                 attempt.log = state.log_for(case)
                 current, started = case, time.monotonic()
                 deadline = min(started + limits.case_seconds, state.stop_at)
-            elif kind in ("done", "error"):
+            elif kind in ("done", "error") and case == current:
                 state.finish(case, event, time.monotonic() - started)
                 remaining.remove(case)
                 current, deadline = None, state.stop_at
