@@ -112,29 +112,25 @@ def test_evidence_sent_on_the_channel_survives_the_record_emptied_after(tmp_path
     received = Received()
     for line in lines:
         received.add(json.loads(line), ["softmax-dim_0"])
-    record = merged(Record(), received.evidence("softmax-dim_0"), received.complete(channel.count()))
+    record = merged(Record(), received.evidence("softmax-dim_0"))
     assert [c.function for c in record.library] == ["torch.distributions.categorical.Categorical.__init__"]
     message = runtime_breach(SOFTMAX, "softmax-dim_0", record)
     assert HELD in message and "Categorical.__init__" in message, message
 
 
-def test_a_line_of_evidence_that_never_arrived_holds_the_problem(assignment):
-    """The case's report says the channel sent two lines; one was read: the record was cut off. A child that
-    ended because it could not write a line (LOST_STATUS) holds its case's problem too."""
-    state = RunState({"softmax-dim_0": SOFTMAX}, Limits(), stop_at=0.0, log=None)
-    state.evidence({"event": "evidence", "t": "abc", "n": 2, "kind": "tampering", "cases": ["x"]}, ["softmax-dim_0"])
-    state.finish("softmax-dim_0", {"event": "done", "record": {}, "evidence": {"t": "abc", "n": 2}}, 0.1)
-    record = state.runs["softmax-dim_0"].record
+def test_a_child_that_could_not_write_a_line_holds_its_problem(assignment):
+    """A child that ended because it could not write a line (LOST_STATUS) holds its case's problem: the grader cannot
+    know the record is whole (a line missing from the numbered channel is tampering: staff_tests/test_protocol.py)."""
+    whole = RunState({"softmax-dim_0": SOFTMAX}, Limits(), stop_at=0.0, log=None)
+    whole.finish("softmax-dim_0", {"event": "done", "record": {}}, 0.1)
+    assert runtime_breach(SOFTMAX, "softmax-dim_0", whole.runs["softmax-dim_0"].record) is None
+    whole.fail(["softmax-dim_0"], "the process ended")
+    whole.cut_off("softmax-dim_0", f"exited with status {LOST_STATUS}")
+    record = whole.runs["softmax-dim_0"].record
     assert record.cut_off == [CUT_OFF]
     message = runtime_breach(SOFTMAX, "softmax-dim_0", record)
     assert HELD in message and CUT_OFF in message, message
     assert runtime_breach(SOFTMAX, "softmax-dim_0", record, released=frozenset({SOFTMAX})) is None
-    whole = RunState({"softmax-dim_0": SOFTMAX}, Limits(), stop_at=0.0, log=None)
-    whole.finish("softmax-dim_0", {"event": "done", "record": {}, "evidence": {"t": "abc", "n": 0}}, 0.1)
-    assert runtime_breach(SOFTMAX, "softmax-dim_0", whole.runs["softmax-dim_0"].record) is None
-    whole.fail(["softmax-dim_0"], "the process ended")
-    whole.cut_off("softmax-dim_0", f"exited with status {LOST_STATUS}")
-    assert whole.runs["softmax-dim_0"].record.cut_off == [CUT_OFF]
 
 
 # the code shuts every socket it has for writing (the channel is one: closing it is refused), then library

@@ -141,7 +141,9 @@ def worker(request):
 
 @pytest.mark.parametrize("kind", sorted(SUBMISSIONS))
 def test_no_hidden_input_reaches_a_field_students_see_at_once(assignment, worker, tmp_path, kind):
-    result = grade(assignment, submission(tmp_path, SUBMISSIONS[kind]), torch.device("cpu"), worker=worker)
+    # released: the staff read it (atexit is no module the course allows), so that its code runs as written
+    with Worker(worker.sandbox, Limits(case_seconds=20, released=tuple(assignment.problems))) as released:
+        result = grade(assignment, submission(tmp_path, SUBMISSIONS[kind]), torch.device("cpu"), worker=released)
     data = json.loads(json.dumps(results_json(result)))
     assert_hidden_stays_hidden(assignment, data, f"{kind} in {worker.sandbox}")
     public_printed = data["output"]
@@ -198,9 +200,11 @@ def test_library_arithmetic_in_a_hidden_case_holds_the_problem_naming_it_only_in
     assert any(named in t["output"] for t in softmax if t["visibility"] != "visible")
 
 
-def test_a_message_for_the_staff_forged_in_a_hidden_case_reaches_only_hidden_entries(assignment, worker, tmp_path):
-    """A "stop grading, the staff must act" message would be shown everywhere: from a hidden case's process
-    (whose checks for the staff all passed before the public cases ran) it only fails the hidden cases."""
+def test_a_message_for_the_staff_forged_in_a_hidden_case_reaches_no_entry_and_costs_the_problem(
+    assignment, worker, tmp_path
+):
+    """A "stop grading, the staff must act" line written by the code in a hidden case is no staff error (the code had
+    run by then): it breaks the channel's protocol, costs softmax, and its text (a hidden input) reaches no entry."""
     code = """
     import json as _json
     import os as _os
@@ -218,15 +222,17 @@ def test_a_message_for_the_staff_forged_in_a_hidden_case_reaches_only_hidden_ent
                     pass
         return _reference_softmax(in_features, dim)
     """
-    result = grade(assignment, submission(tmp_path, code), torch.device("cpu"), worker=worker)
+    # released: the staff read it (json, os.listdir), so that the forged line is written and the protocol decides
+    with Worker(worker.sandbox, Limits(case_seconds=20, released=tuple(assignment.problems))) as released:
+        result = grade(assignment, submission(tmp_path, code), torch.device("cpu"), worker=released)
     data = json.loads(json.dumps(results_json(result)))
     forged = hidden_numbers(assignment)["hidden_softmax-grad_dim_0"][0]
-    assert forged not in student_visible(data)
+    assert forged not in json.dumps(data)
+    softmax = [t for t in data["tests"] if t["tags"] == ["softmax"]]
+    assert sum(t["score"] for t in softmax) == 0
     hidden = {t["name"]: t for t in data["tests"] if t["visibility"] != "visible"}
-    # the case that forged it fails (with the forged text, or as a case whose report was lost or cut short: the
-    # forged line and the case's own report share the pipe); no public case pays for it
-    assert hidden["test_hidden_softmax[grad_dim_0]"]["status"] == "failed"
-    assert all(t["status"] == "passed" for t in data["tests"] if t["visibility"] == "visible")
+    assert "sent the grader a line the harness never sends" in hidden["test_hidden_softmax[grad_dim_0]"]["output"]
+    assert all(t["status"] == "passed" for t in data["tests"] if t["tags"] != ["softmax"])
 
 
 def test_the_course_chooses_when_students_see_hidden_cases(assignment, tmp_path):

@@ -46,12 +46,13 @@ ALLOWED = (
     "math", "cmath", "numbers", "abc", "enum", "dataclasses", "functools", "itertools", "collections",
     "collections.abc", "operator", "!operator.attrgetter", "!operator.methodcaller", "copy", "contextlib",
     "warnings", "logging", "time", "random", "statistics", "fractions", "decimal",
+    # threads, not processes: the record follows them and the dispatcher's override holds in them
+    "threading", "!threading.settrace*", "!threading.setprofile*",
     # single names of modules that are otherwise held
     "os.environ", "os.getenv", "os.path", "os.cpu_count", "os.sep",
     "sys.float_info", "sys.maxsize", "sys.stdout", "sys.stderr", "sys.version_info", "sys.platform",
     "sys.byteorder", "sys.path", "sys.argv", "sys.exit", "sys.getsizeof", "sys.setrecursionlimit",
     "types.SimpleNamespace",
-    # threads, not processes: the record follows them and the dispatcher's override holds in them
     "multiprocessing.dummy", "multiprocessing.pool.ThreadPool", "multiprocessing.cpu_count",
 )  # fmt: skip
 
