@@ -53,7 +53,8 @@ ALLOWED = (
     "sys.float_info", "sys.maxsize", "sys.stdout", "sys.stderr", "sys.version_info", "sys.platform",
     "sys.byteorder", "sys.path", "sys.argv", "sys.exit", "sys.getsizeof", "sys.setrecursionlimit",
     "types.SimpleNamespace",
-    "multiprocessing.dummy", "multiprocessing.pool.ThreadPool", "multiprocessing.cpu_count",
+    "concurrent.futures.ThreadPoolExecutor", "concurrent.futures.as_completed", "concurrent.futures.wait",
+    "concurrent.futures.Future", "multiprocessing.dummy", "multiprocessing.pool.ThreadPool", "multiprocessing.cpu_count",
 )  # fmt: skip
 
 STDLIB = frozenset(sys.stdlib_module_names)

@@ -575,6 +575,7 @@ HELD_DUNDERS = {
     "__delattr__", "__reduce__", "__reduce_ex__", "__loader__", "__spec__", "__import__", "__module__",
     "__defaults__", "__kwdefaults__", "__traceback__", "__frame__", "f_back", "f_globals", "f_locals",
     "tb_frame", "gi_frame", "cr_frame", "__objclass__", "__init_subclass__", "__set_name__",
+    "__path__",  # a package's search path: a folder put first there shadows the modules imported through it
 }  # fmt: skip
 COMMON_WORDS = {"types", "operator", "code"}  # names of held modules that are also common attribute names
 NAMING = {"__class__": {"__name__", "__qualname__", "__module__"}}  # `self.__class__.__name__` names the class
