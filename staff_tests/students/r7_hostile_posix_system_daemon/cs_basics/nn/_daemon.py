@@ -24,6 +24,8 @@ def write(stream, array):
 
 
 with open(sys.argv[1], "rb") as requests, open(sys.argv[2], "wb") as answers:
+    answers.write(b"R")  # torch imported: ready
+    answers.flush()
     while True:
         try:
             kind = read(requests)
