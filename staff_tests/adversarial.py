@@ -15,6 +15,8 @@ the solution was graded:
     scaled_dot_product_attention = "fill_overflows_float16"
     [crash]                              # optional: text each crash's message must hold (a contract sentence)
     scaled_dot_product_attention = "-1e9 does not fit in float16"
+    [channel]                            # optional: what a hostile submission forged on the grader's channel
+    staff_error_text = "full marks by hand"  # its text, which no result may give as the reason grading stopped
 
 `grade_all` grades the whole set in one batch run of `cs-basics grade`; `judge` compares one solution's
 results.json with its expectation. The staff test and benchmarks/adversarial_set.py both use them.
@@ -35,6 +37,7 @@ STUDENTS = Path(__file__).resolve().parent / "students"
 KNOWN = re.compile(r"\(known mistake: (\w+)\)")
 CRASHED = "your code raised "
 CONTRACT = "This case passed "
+STOPPED = "grading stopped"  # a placeholder's reason: the grader's own error, never the submission's text
 
 
 @dataclass
@@ -113,6 +116,10 @@ def judge(folder: Path, results: dict, cases: dict[str, object], points: dict[st
                 if not explained:
                     j.problems_found.append(f"{case}: crash without the contract sentence {text!r}")
     j.problems_found += [f"wrong diagnosis {w}" for w in j.wrong_names]
+    forged = expected.get("channel", {}).get("staff_error_text")
+    texts = [str(results.get("output", "")), *(str(t.get("output", "")) for t in results.get("tests", []))]
+    if forged and any(STOPPED in text and forged in text for text in texts):
+        j.problems_found.append(f"the submission's own text stopped grading as the grader's error: {forged!r}")
     return j
 
 
