@@ -232,6 +232,7 @@ def run_groups(job: dict, progress: int, isolated: bool, import_paths: list[str]
     GRADER["cs_basics.harness.rule.record"].install()  # threads the submission starts are recorded too
     forbid_group_signals()
     guard_channel(progress)  # the evidence goes to the descriptor the grader reads, and only there
+    forbid_exec()
     if job["limits"].get("threads"):
         torch.set_num_threads(job["limits"]["threads"])
     groups = cases_by_rule(job)
@@ -309,8 +310,8 @@ def run_group(
     except BaseException as err:  # a stub, a SyntaxError, an ImportError, SystemExit at import
         report.send(event="import_error", message=error_text(err, code)[1])
         return
-    # after the import (a process it forks inherits the operators' replacement; one it starts by exec, the
-    # scan holds for review), before any case: from here on the kernel refuses every new process
+    # after the import (a process it forks inherits the operators' replacement; none it starts by exec, refused
+    # since the child was armed), before any case: from here on the kernel refuses every new process
     forbid_new_processes()
     report.send(event="ready", isolated=isolated)
     wait_for_inputs(go)
@@ -371,6 +372,37 @@ def seccomp_program(machine: str) -> list[tuple[int, int, int, int]] | None:
 
     program = [(code, offset(jt, i), offset(jf, i), k) for i, (code, jt, jf, k) in enumerate(body)]
     return program + [(BPF_RET_K, 0, 0, value) for value in returns.values()]
+
+
+# x86_64's and aarch64's execve and execveat
+EXEC_CALLS = {"x86_64": (59, 322), "aarch64": (221, 281)}
+
+
+def exec_program(machine: str) -> list[tuple[int, int, int, int]] | None:
+    """Refuse (EPERM) execve and execveat, and every system call of another ABI (32-bit, x32): no fresh program,
+    which would start without the dispatcher's refusal (a fork inherits it, and is refused from the import's end)."""
+    if machine not in SYSCALLS:
+        return None
+    arch, deny = SYSCALLS[machine][0], RET_ERRNO | errno.EPERM
+    execve, execveat = EXEC_CALLS[machine]
+    return [
+        (BPF_LD_W_ABS, 0, 0, 4),
+        (BPF_JEQ_K, 1, 0, arch),
+        (BPF_RET_K, 0, 0, deny),
+        (BPF_LD_W_ABS, 0, 0, 0),
+        (BPF_JGE_K, 2, 0, X32_BIT),
+        (BPF_JEQ_K, 1, 0, execve),
+        (BPF_JEQ_K, 0, 1, execveat),
+        (BPF_RET_K, 0, 0, deny),
+        (BPF_RET_K, 0, 0, RET_ALLOW),
+    ]
+
+
+def forbid_exec() -> bool:
+    """From here on (before any byte of the submission) no program starts: a Python started by the submission's
+    `__init__.py` would compute without the dispatcher's refusal. False where the machine's ABI is not known here."""
+    program = exec_program(os.uname().machine) if sys.platform.startswith("linux") else None
+    return install_filter(program)
 
 
 def forbid_new_processes() -> bool:
