@@ -54,7 +54,8 @@ ALLOWED = (
     "sys.byteorder", "sys.path", "sys.argv", "sys.exit", "sys.getsizeof", "sys.setrecursionlimit",
     "types.SimpleNamespace",
     "concurrent.futures.ThreadPoolExecutor", "concurrent.futures.as_completed", "concurrent.futures.wait",
-    "concurrent.futures.Future", "multiprocessing.dummy", "multiprocessing.pool.ThreadPool", "multiprocessing.cpu_count",
+    "concurrent.futures.Future", "multiprocessing.dummy", "multiprocessing.pool.ThreadPool",
+    "multiprocessing.cpu_count",
 )  # fmt: skip
 
 STDLIB = frozenset(sys.stdlib_module_names)
