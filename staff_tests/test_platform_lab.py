@@ -20,8 +20,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from .adversarial import STUDENTS, judge
 from .lab import images, platforms
-from .lab.submissions import SUBMISSIONS, hidden_lines, solution_lines
+from .lab.submissions import RELEASED, SUBMISSIONS, hidden_lines, solution_lines
 from .submissions import ROOT
 from .test_platforms import SECRET, reporter_reads
 
@@ -90,7 +91,9 @@ def gradescope_context(tmp: Path) -> Path:
 def prairielearn_jobs(prairielearn_image, prairielearn_course, tmp_path_factory) -> dict[str, platforms.Job]:
     tmp = tmp_path_factory.mktemp("lab-prairielearn-jobs")
     done = {
-        name: platforms.prairielearn(prairielearn_image, prairielearn_course, source, tmp / name)
+        name: platforms.prairielearn(
+            prairielearn_image, prairielearn_course, source, tmp / name, RELEASED if name == "spy" else None
+        )
         for name, source in SUBMISSIONS.items()
     }
     record("prairielearn", done)
@@ -100,7 +103,10 @@ def prairielearn_jobs(prairielearn_image, prairielearn_course, tmp_path_factory)
 @pytest.fixture(scope="module")
 def gradescope_jobs(gradescope_image, tmp_path_factory) -> dict[str, platforms.Job]:
     tmp = tmp_path_factory.mktemp("lab-gradescope-jobs")
-    done = {name: platforms.gradescope(gradescope_image, source, tmp / name) for name, source in SUBMISSIONS.items()}
+    done = {
+        name: platforms.gradescope(gradescope_image, source, tmp / name, RELEASED if name == "spy" else None)
+        for name, source in SUBMISSIONS.items()
+    }
     record("gradescope", done)
     return done
 
@@ -271,6 +277,40 @@ def test_a_hungry_submission_loses_its_problem_and_the_rest_is_scored(jobs, requ
     assert failed and all("memory" in (t.get("output", "") + t.get("message", "")).lower() for t in failed)
 
 
+# ---------------------------------------------------------------- round 7's battery in PrairieLearn's container
+
+
+@pytest.fixture(scope="module")
+def prairielearn_battery(prairielearn_image, prairielearn_course, tmp_path_factory) -> platforms.Job:
+    """Round 7's battery (issue 40: staff_tests/students/r7_*), whole packages with their `__init__.py` files,
+    graded in PrairieLearn's container: the fallback without namespaces."""
+    folders = {p.name: p for p in sorted(STUDENTS.glob("r7_*")) if (p / "expected.toml").is_file()}
+    tmp = tmp_path_factory.mktemp("lab-prairielearn-battery")
+    done = platforms.prairielearn_batch(prairielearn_image, prairielearn_course, folders, tmp)
+    record("prairielearn-battery", {"round 7's battery, one batch": done})
+    return done
+
+
+def test_round_7s_battery_is_held_or_zeroed_and_its_honest_code_full_in_prairielearns_container(
+    prairielearn_battery,
+):
+    from cs_basics.harness.config import Assignment
+    from cs_basics.harness.grading import results as results_module
+
+    job = prairielearn_battery
+    assert job.status == 0, job.log[-3000:]
+    assignment = Assignment.find(ROOT)
+    cases = {results_module.test_name(c): c for c in assignment.cases}
+    problems = {name: float(t["points"]) for name, t in assignment.table["problems"].items()}
+    wrong = {}
+    for folder in sorted(STUDENTS.glob("r7_*")):
+        data = json.loads(job.files.get(f"{folder.name}.json", b"{}"))
+        found = judge(folder, data, cases, problems).problems_found
+        if found or not data:
+            wrong[folder.name] = found or ["no results"]
+    assert not wrong, wrong
+
+
 # ---------------------------------------------------------------- GitHub Actions: the grading step, not root
 
 
@@ -284,7 +324,9 @@ def github_actions_job(prairielearn_image, tmp_path_factory) -> platforms.Job:
     flow = yaml.safe_load((tmp / "handout/.github/workflows/classroom.yml").read_text())
     step = next(s for s in flow["jobs"]["run-autograding-tests"]["steps"] if s.get("id") == "grade")
     cache = platforms.runner_uv_cache(images.host_uv_cache(), images.CACHE)
-    done = platforms.github_actions(prairielearn_image, tmp / "handout", step, SUBMISSIONS, cache, tmp / "job")
+    done = platforms.github_actions(
+        prairielearn_image, tmp / "handout", step, SUBMISSIONS, cache, tmp / "job", RELEASED
+    )  # released for every push: only the spy's problems are held
     record("github-actions", {"all four, one runner": done})
     return done
 
@@ -347,7 +389,7 @@ def kubernetes_job(tmp_path_factory, built) -> platforms.Job:
     job_yaml = yaml.safe_load((ROOT / "docs/cluster/grade-job.yaml").read_text())
     command = job_yaml["spec"]["template"]["spec"]["containers"][0]["command"]
     assert command[:2] == ["sh", "-c"], command
-    done = platforms.kubernetes(image, command[2], SUBMISSIONS, tmp / "job")
+    done = platforms.kubernetes(image, command[2], SUBMISSIONS, tmp / "job", RELEASED)  # only the spy is held
     record("kubernetes", {"all four, one pod": done})
     return done
 

@@ -123,8 +123,9 @@ def executable(root: Path) -> None:
         path.chmod(path.stat().st_mode | 0o111)
 
 
-def prairielearn(image: str, course: Path, source: str, tmp: Path) -> Job:
-    """One PrairieLearn job: `course` is what `cs-basics autograder --platform prairielearn` wrote."""
+def prairielearn(image: str, course: Path, source: str, tmp: Path, env: dict[str, str] | None = None) -> Job:
+    """One PrairieLearn job: `course` is what `cs-basics autograder --platform prairielearn` wrote; `env` what the
+    staff set in the question's image (CS_BASICS_RELEASE)."""
     info = json.loads(next((course / "questions").glob("*/info.json")).read_text())
     options = info["externalGradingOptions"]
     grade = tmp / "grade"
@@ -144,6 +145,7 @@ def prairielearn(image: str, course: Path, source: str, tmp: Path) -> Job:
         tmp,
         limits=PRAIRIELEARN,
         mounts={grade: "/grade"},
+        env=env,
         timeout=options["timeout"] + 60,
     )
     results = grade / "results/results.json"
@@ -152,7 +154,7 @@ def prairielearn(image: str, course: Path, source: str, tmp: Path) -> Job:
     return job
 
 
-def gradescope(image: str, source: str, tmp: Path) -> Job:
+def gradescope(image: str, source: str, tmp: Path, env: dict[str, str] | None = None) -> Job:
     """One Gradescope submission: the uploaded functional.py, run_autograder, results.json."""
     submission, results = tmp / "submission", tmp / "results"
     submission.mkdir(parents=True)
@@ -163,6 +165,7 @@ def gradescope(image: str, source: str, tmp: Path) -> Job:
         ["/autograder/run_autograder"],
         tmp,
         limits=GRADESCOPE,
+        env=env,
         workdir="/autograder",
         mounts={submission: "/autograder/submission", results: "/autograder/results"},
     )
@@ -171,7 +174,34 @@ def gradescope(image: str, source: str, tmp: Path) -> Job:
     return job
 
 
-def kubernetes(image: str, command: str, sources: dict[str, str], tmp: Path) -> Job:
+def prairielearn_batch(image: str, course: Path, folders: dict[str, Path], tmp: Path) -> Job:
+    """Whole submissions (a package of the student's, its `__init__.py` files included) graded as one batch in
+    PrairieLearn's container, with its limits and its grader (the question's serverFilesCourse): the fallback
+    without namespaces, as every job there; results/<name>.json each."""
+    data = tmp / "data"
+    for name, folder in folders.items():
+        shutil.copytree(folder, data / "submissions" / name, ignore=shutil.ignore_patterns("__pycache__"))
+    (data / "results").mkdir(parents=True)
+    server = course / "serverFilesCourse"
+    command = (
+        f"cd /grade/serverFilesCourse/{next(p.name for p in server.iterdir() if p.is_dir())} && "
+        '"${CS_BASICS_PYTHON:-/opt/cs-basics/.venv/bin/python}" -m cs_basics.cli grade --quiet --workers 1 '
+        "--submission /data/submissions --results /data/results --total-seconds 150 --memory-mb 1280"
+    )
+    job = run(
+        image,
+        ["sh", "-c", command],
+        tmp,
+        limits=PRAIRIELEARN,
+        mounts={server: "/grade/serverFilesCourse", data: "/data"},
+        timeout=1500,
+    )
+    for path in (data / "results").glob("*.json"):
+        job.files[path.name] = path.read_bytes()
+    return job
+
+
+def kubernetes(image: str, command: str, sources: dict[str, str], tmp: Path, env: dict[str, str] | None = None) -> Job:
     """The recipe's shard (1 of 1): every submission in one pod, /data/submissions/<name>/functional.py."""
     data = tmp / "data"
     for name, source in sources.items():
@@ -184,7 +214,7 @@ def kubernetes(image: str, command: str, sources: dict[str, str], tmp: Path) -> 
         tmp,
         limits=KUBERNETES,
         mounts={data: "/data"},
-        env={"CS_BASICS_SHARDS": "1", "JOB_COMPLETION_INDEX": "0"},
+        env={"CS_BASICS_SHARDS": "1", "JOB_COMPLETION_INDEX": "0", **(env or {})},
     )
     for path in (data / "results").rglob("*"):
         if path.is_file():
@@ -242,7 +272,9 @@ def runner_venv(cache: Path, lock: bytes) -> Path:
     return venv
 
 
-def github_actions(image: str, handout: Path, step: dict, sources: dict[str, str], cache: Path, tmp: Path) -> Job:
+def github_actions(
+    image: str, handout: Path, step: dict, sources: dict[str, str], cache: Path, tmp: Path, more: dict | None = None
+) -> Job:
     """The handout workflow's grading step, as the runner's user, for each submission pushed in turn to one
     checkout (the first push syncs the checkout's .venv from the restored uv cache, as `uv run` does there)."""
     home = tmp / "home"
@@ -263,6 +295,7 @@ def github_actions(image: str, handout: Path, step: dict, sources: dict[str, str
         "GITHUB_WORKSPACE": "/home/runner/work/handout",
         "RUNNER_TEMP": "/home/runner/temp",
         **step.get("env", {}),
+        **(more or {}),
     }
     script = (
         "cd /home/runner/work/handout && mkdir -p /home/runner/temp /home/runner/out && "

@@ -9,6 +9,10 @@
 - `forged`: staff_tests/test_platforms.py's HOSTILE text (forged JSON, XML, workflow commands, a NUL, escapes)
   and a lone surrogate, NUL and control characters in its attention's messages: graded as any other.
 - `hungry`: keeps 300 MB per call of its attention: that problem lost, softmax scored.
+
+The spy's reading (`os.walk`, `os.listdir`) is no name the course allows: the scan holds both problems before any
+of its code runs. Its jobs release them (CS_BASICS_RELEASE, as staff who read it would), so that its code runs
+and the sandbox is what is tested.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import re
 from ..submissions import ROOT
 from ..test_platforms import HOSTILE
 
+RELEASED = {"CS_BASICS_RELEASE": "softmax,scaled_dot_product_attention"}  # for the spy's jobs
 LAB_DROP = "/lab-drop"  # mounted in every job, world-writable: what the spy read lands here
 ROOT_ONLY = "/run/lab-root-only"  # a file mode 0600 owned by root, mounted in every job
 ENV_SECRET = "CS_BASICS_LAB_ENV_SECRET"  # a variable in the grader's environment

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import re
 from dataclasses import dataclass
 
@@ -43,6 +44,16 @@ class Limits:
     notes: tuple[str, ...] = ()  # what fitting the limits to the machine changed, for the grade's notes
 
 
+RELEASE_ENV = "CS_BASICS_RELEASE"  # "PROBLEM,PROBLEM": `--release` where a platform's command is fixed
+
+
+def released_by_environment() -> tuple[str, ...]:
+    """The problems $CS_BASICS_RELEASE releases (the staff set it where they cannot change the grading command:
+    a PrairieLearn question's entrypoint, Gradescope's run_autograder); never the submission, whose code runs
+    only in the child."""
+    return tuple(p.strip() for p in os.environ.get(RELEASE_ENV, "").split(",") if p.strip())
+
+
 def limits_from(args: argparse.Namespace, workers: int = 1) -> Limits:
     """The limits `cs-basics grade`'s options give, within the memory this machine gives `workers` gradings."""
     return within_memory(
@@ -52,7 +63,7 @@ def limits_from(args: argparse.Namespace, workers: int = 1) -> Limits:
             memory_mb=args.memory_mb,
             tmp_mb=args.tmp_mb,
             timeouts_per_problem=args.timeouts_per_problem,
-            released=tuple(getattr(args, "release", None) or ()),
+            released=tuple(getattr(args, "release", None) or ()) or released_by_environment(),
         ),
         own_memory(),
         workers,
