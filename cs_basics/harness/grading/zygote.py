@@ -491,14 +491,15 @@ def namespaces_allowed() -> tuple[bool, bool]:
         return False, False
     pid = os.fork()
     if pid == 0:
-        if libc.unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWNET | CLONE_NEWPID) != 0:
-            os._exit(2)
+        found = 2  # no namespaces
         try:
-            mount("", "/", flags=MS_REC | MS_PRIVATE)
-            mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV)
-        except OSError:
-            os._exit(1)
-        os._exit(0)
+            if libc.unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWNET | CLONE_NEWPID) == 0:
+                found = 1  # namespaces, no /proc of its own
+                mount("", "/", flags=MS_REC | MS_PRIVATE)
+                mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV)
+                found = 0
+        finally:
+            os._exit(found)
     status = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
     return status in (0, 1), status == 0
 
