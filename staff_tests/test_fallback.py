@@ -2,10 +2,12 @@
 containers (root with the default capabilities: no CAP_SYS_ADMIN, so no namespace for a job; debian:bookworm-slim
 has no `kill` program): each test grades in a worker made with `namespaces=False`, under the job's own uid.
 
-This machine's Python lives under /root (mode 700), which a job's uid cannot enter without namespaces: each
-grading here runs in a private mount namespace of its own (`unshare --mount`) where /root is an empty folder
-anyone may enter with the Python bound back, and, where a test asks, `kill` and `setpriv` are gone (/dev/null
-bound over them). Nothing of this reaches the rest of the machine.
+This machine's Python lives under /root (mode 700), which a job's uid cannot enter: the grader opens the
+environment's folders before the uid changes (zygote.reach_python, under Landlock; on a kernel without it, /root
+is an empty folder anyone may enter with the Python bound back), as in a root container with the checkout
+under /root. Each grading here runs in a private mount namespace of its own (`unshare --mount`) where, as a test
+asks, `kill` and `setpriv` are gone (/dev/null bound over them), or the checkout's .venv lies in a closed folder
+beside a file of the staff's. Nothing of this reaches the rest of the machine.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ import tempfile
 from pathlib import Path
 
 import pytest
+
+from cs_basics.harness.grading.zygote import landlock_abi
 
 from .submissions import ROOT, submission
 
@@ -75,16 +79,15 @@ print("RESULTS", json.dumps(found))
 """
 
 
-def blocked_folder() -> Path | None:
-    """The highest folder on the way to this Python that other users may not enter (/root here), if any."""
-    return next((p for p in reversed(Path(sys.base_prefix).parents) if not p.stat().st_mode & 0o001), None)
-
-
-def grade_without_namespaces(*folders: Path, hide_programs: tuple[str, ...] = (), survivor: bool = False) -> dict:
-    """Grade `folders` with one fallback worker without namespaces, in a private mount namespace (see above)."""
+def grade_without_namespaces(
+    *folders: Path, hide_programs: tuple[str, ...] = (), survivor: bool = False, venv_in: Path | None = None
+) -> dict:
+    """Grade `folders` with one fallback worker without namespaces, in a private mount namespace (see above);
+    with `venv_in`, by the checkout's .venv bound into that folder (and its Python run from there)."""
     script = ["set -e"]
-    blocked = blocked_folder()
-    if blocked is not None:
+    python = sys.executable
+    blocked = next((p for p in reversed(Path(sys.base_prefix).parents) if not p.stat().st_mode & 0o001), None)
+    if blocked is not None and not landlock_abi():  # no way into it then (reach_python): an open folder over it
         prefix = Path(os.path.realpath(sys.base_prefix))
         script += [
             "keep=$(mktemp -d)",
@@ -94,12 +97,17 @@ def grade_without_namespaces(*folders: Path, hide_programs: tuple[str, ...] = ()
             f'mount --bind "$keep" {shlex.quote(str(prefix))}',
             'umount "$keep"; rmdir "$keep"',
         ]
+    if venv_in is not None:
+        venv = Path(sys.prefix)
+        script += [f"mkdir -p {shlex.quote(str(venv_in / '.venv'))}"]
+        script += [f"mount --bind {shlex.quote(str(venv))} {shlex.quote(str(venv_in / '.venv'))}"]
+        python = str(venv_in / ".venv" / Path(sys.executable).relative_to(venv))
     for name in hide_programs:
         for path in {os.path.realpath(p) for p in (shutil.which(name), f"/bin/{name}", f"/usr/bin/{name}") if p}:
             if os.path.exists(path):
                 script.append(f"mount --bind /dev/null {shlex.quote(path)}")
     args = [str(ROOT), "survivor" if survivor else "-", *map(str, folders)]
-    script.append(f"exec {shlex.quote(sys.executable)} -c {shlex.quote(GRADE)} {shlex.join(args)}")
+    script.append(f"exec {shlex.quote(python)} -c {shlex.quote(GRADE)} {shlex.join(args)}")
     command = ["unshare", "--mount", "--propagation", "private", "sh", "-c", "\n".join(script)]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
     line = next((line for line in done.stdout.splitlines() if line.startswith("RESULTS ")), None)
@@ -216,3 +224,40 @@ def test_without_namespaces_temporary_files_go_to_the_jobs_own_folder_not_the_sh
     found = grade_without_namespaces(submission(tmp_path, TEMPORARY + softmax_fails_if("_wrote_shared")))
     (graded,) = found.values()
     assert graded["scores"] == pytest.approx(FULL), graded["outputs"][f"{SOFTMAX}-last_dim"]
+
+
+ESCAPE = """
+import os as _os, sys as _sys
+
+_found = []  # the staff's file beside the .venv, by ".." from each folder the job imports from
+for _entry in list(_sys.path):
+    for _up in range(1, 8):
+        _path = _os.path.join(_entry, *[".."] * _up, {name!r})
+        try:
+            with open(_path) as _f:
+                _found.append((_path, _f.read(64)))
+        except OSError:
+            pass
+"""
+
+
+def test_a_venv_in_a_closed_folder_is_imported_and_the_folder_beside_it_stays_out_of_reach(tmp_path):
+    """A checkout under /root, as a newcomer's: its .venv in a folder the job's uid cannot enter (mode 700),
+    beside a file of the staff's that anyone could read were the folder open. The grader opens the .venv's folder
+    to the job, which imports from it and is graded in full; ".." from it leads back to the checkout, where
+    Landlock refuses the staff's file."""
+    if not landlock_abi():
+        pytest.skip("no Landlock here: the grader opens no closed folder to the job without it")
+    closed = tmp_path / "root"
+    checkout = closed / "course"
+    checkout.mkdir(parents=True)
+    closed.chmod(0o700)
+    checkout.chmod(0o755)
+    staff = checkout / f"staff-{tmp_path.name}.txt"
+    staff.write_text("the staff's")
+    staff.chmod(0o644)
+    spy = submission(tmp_path, ESCAPE.format(name=staff.name) + softmax_fails_if("_found"))
+    found = grade_without_namespaces(spy, venv_in=checkout)
+    (graded,) = found.values()
+    assert graded["scores"] == pytest.approx(FULL), graded["outputs"][f"{SOFTMAX}-last_dim"]
+    assert any("Landlock (ABI" in note for note in graded["notes"]), graded["notes"]

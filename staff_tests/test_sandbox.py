@@ -13,6 +13,7 @@ import contextlib
 import functools
 import json
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -30,6 +31,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from cs_basics.harness import portable
+from cs_basics.harness.grading import bubblewrap, leases
 from cs_basics.harness.grading.grade import GradingError, grade
 from cs_basics.harness.grading.limits import Limits
 from cs_basics.harness.grading.results import results_json
@@ -42,6 +45,7 @@ from cs_basics.harness.grading.sandbox import (
     StaffError,
     Worker,
     bubblewrap_runs,
+    kill_uid,
     lease_uid,
     process_uids,
     processes_of,
@@ -126,8 +130,11 @@ def test_files_left_in_the_temporary_folders_are_gone_after_grading(assignment, 
     litter = [f"/tmp/cs-basics-litter-{token}", f"/dev/shm/cs-basics-litter-{token}", f"/var/tmp/litter-{token}"]
     code = f"""
     for _path in {litter!r}:
-        with open(_path, "w") as _f:
-            _f.write("left behind")
+        try:  # without namespaces, Landlock keeps the job out of the shared folders: nothing is written
+            with open(_path, "w") as _f:
+                _f.write("left behind")
+        except OSError:
+            pass
     """
     result, seconds = graded(assignment, worker, submission(tmp_path, code))
     assert scores(result) == pytest.approx(FULL)
@@ -624,16 +631,186 @@ def other_checkouts() -> list[str]:
 # ---------------------------------------------------------------- where the kernel refuses namespaces
 
 
+def closed_folder() -> str | None:
+    """The highest folder on the way to this Python that other users may not enter (/root here), if any."""
+    return next((str(p) for p in reversed(Path(sys.base_prefix).parents) if not p.stat().st_mode & 0o001), None)
+
+
 @needs_root
-def test_without_namespaces_a_python_the_jobs_uid_cannot_reach_stops_grading_for_the_staff(assignment, tmp_path):
-    """Here Python lives under /root (mode 700): with namespaces the job's view is mended; without them the
-    grader must say so before any student code runs, naming the folder and the fix."""
-    blocked = next((str(p) for p in Path(sys.base_prefix).parents if not p.stat().st_mode & 0o001), None)
+def test_without_namespaces_a_python_the_jobs_uid_cannot_enter_is_reached_and_graded_in_full(assignment, tmp_path):
+    """Here Python lives under /root (mode 700), as in a root container with the checkout under /root: without
+    namespaces the grader opens the environment's folders before the uid changes and the job imports through
+    them (zygote.reach_python), under Landlock; the submission is graded in full, with no chmod."""
+    if closed_folder() is None:
+        pytest.skip("every folder on the way to this Python is open to other users")
+    with Worker("fallback", Limits(case_seconds=20), namespaces=False) as worker:
+        if not worker.landlock:
+            pytest.skip("no Landlock here: the grader opens no way into a closed folder without it (next test)")
+        result = grade(assignment, submission(tmp_path), torch.device("cpu"), worker=worker)
+    assert scores(result) == pytest.approx(FULL), outputs_of(result)[:2]
+
+
+@needs_root
+def test_without_namespaces_or_landlock_a_python_the_jobs_uid_cannot_enter_stops_grading_for_the_staff(
+    assignment, tmp_path, monkeypatch
+):
+    """Without Landlock to confine the job, ".." from an opened folder would reach the folders between it and the
+    closed one (a checkout's .venv: the checkout): the grader opens none, and says so before any student code runs,
+    naming the folder and the fixes."""
+    blocked = closed_folder()
     if blocked is None:
         pytest.skip("every folder on the way to this Python is open to other users")
+    monkeypatch.setattr(Worker, "landlock", property(lambda worker: 0))
     with Worker("fallback", namespaces=False) as worker, pytest.raises(GradingError) as stopped:
         grade(assignment, submission(tmp_path), torch.device("cpu"), worker=worker)
-    assert f"cannot enter {blocked} (mode 700)" in str(stopped.value) and "chmod o+x" in str(stopped.value)
+    said = str(stopped.value)
+    assert f"cannot enter {blocked} (mode 700)" in said and "chmod o+x" in said and "Landlock" in said, said
+
+
+# ---------------------------------------------------------------- bubblewrap, the way this machine lets it run
+
+
+def without_sys_admin(command: list[str], masked_proc: bool = False) -> list[str]:
+    """`command` as root without CAP_SYS_ADMIN, as in a rootful podman or Docker container: root may not make
+    namespaces, but may make a user namespace. With `masked_proc`, a file of /proc covered first (in a mount
+    namespace of its own), as those containers cover /proc/keys and others: a user namespace may then not mount
+    a /proc of its own."""
+    command = ["setpriv", "--bounding-set", "-sys_admin", *command]
+    if masked_proc:
+        covered = next(
+            p for p in ("/proc/keys", "/proc/timer_list", "/proc/kcore", "/proc/sysrq-trigger") if Path(p).exists()
+        )
+        cover = f"mount --bind /dev/null {covered} && exec {shlex.join(command)}"
+        command = ["unshare", "--mount", "--propagation", "private", "sh", "-c", cover]
+    return command
+
+
+def user_namespaces_without_sys_admin() -> str | None:
+    """Why the tests of bubblewrap without CAP_SYS_ADMIN cannot run here, found by trying; None where they can."""
+    if os.geteuid() != 0 or not all(shutil.which(tool) for tool in ("setpriv", "unshare", "bwrap")):
+        return "needs root, setpriv, unshare and bwrap"
+    tried = subprocess.run(without_sys_admin(["unshare", "--user", "true"]), capture_output=True, text=True)
+    if tried.returncode != 0:
+        return f"root without CAP_SYS_ADMIN may not make a user namespace here: {tried.stderr.strip()}"
+    return None
+
+
+@pytest.mark.parametrize("masked_proc", [False, True], ids=["own-proc", "container-proc"])
+def test_where_root_may_not_make_namespaces_bubblewrap_grades_in_a_user_namespace(tmp_path, masked_proc):
+    """`--sandbox bubblewrap` as root without CAP_SYS_ADMIN (a rootful podman container, where `bwrap --unshare-user`
+    works and plain bwrap as root does not): bubblewrap runs in a user namespace in which root and the jobs' uids
+    are themselves, each job has its namespaces and uid, and the submission gets full marks; where the container
+    covers parts of /proc, the jobs see the container's, and the notes say so."""
+    problem = user_namespaces_without_sys_admin()
+    if problem:
+        pytest.skip(problem)
+    results = tmp_path / "results.json"
+    grade_here = [sys.executable, "-m", "cs_basics.cli", "grade", "--quiet", "--sandbox", "bubblewrap"]
+    command = without_sys_admin([*grade_here, "--results", str(results)], masked_proc)
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    data = json.loads(results.read_text())
+    said = data["output"]
+    assert data["score"] == pytest.approx(6.0) and "a bubblewrap sandbox in a user namespace" in said, said[:800]
+    assert "as uid 6" in said and "its own namespaces" in said, said[:800]
+    assert ("the container's /proc" in said) == masked_proc, said[:800]
+
+
+@pytest.fixture
+def fresh_probe():
+    """bubblewrap's probe run again in the test, and again after it (its answers are kept for the process)."""
+    bubblewrap.bubblewrap_runs.cache_clear()
+    bubblewrap.bubblewrap_sizes_tmpfs.cache_clear()
+    yield
+    bubblewrap.bubblewrap_runs.cache_clear()
+    bubblewrap.bubblewrap_sizes_tmpfs.cache_clear()
+
+
+FAILING_BWRAP = """#!/bin/sh
+echo "bwrap: Creating new namespace failed: Operation not permitted" >&2
+exit 1
+"""
+
+
+def test_why_bubblewrap_does_not_run_is_said_by_its_request_and_the_grades_note(tmp_path, monkeypatch, fresh_probe):
+    """Not installed: the message says so and how to install it. Installed but refused each way the grader tries:
+    bwrap's own words for each, in `--sandbox bubblewrap`'s error and in the note of a grade in the fallback."""
+    if not portable.fork_server_runs():
+        pytest.skip("bubblewrap needs Linux")
+    bin_folder = tmp_path / "bin"
+    bin_folder.mkdir()
+    monkeypatch.setenv("PATH", str(bin_folder))
+    with pytest.raises(ValueError, match=r"`bwrap` is not installed \(Debian, Ubuntu: apt-get install bubblewrap\)"):
+        bubblewrap.choose_sandbox("bubblewrap")
+    bubblewrap.bubblewrap_runs.cache_clear()
+    (bin_folder / "bwrap").write_text(FAILING_BWRAP)
+    (bin_folder / "bwrap").chmod(0o755)
+    with pytest.raises(ValueError) as refused:
+        bubblewrap.choose_sandbox("bubblewrap")
+    said = str(refused.value)
+    ways = ["as root", "in a user namespace of root and the jobs' uids"] if os.geteuid() == 0 else ["as this user"]
+    assert said.startswith("bubblewrap was asked for, but `bwrap` cannot run here (")
+    for way in ways:
+        assert f"{way}: bwrap: Creating new namespace failed: Operation not permitted" in said, said
+    monkeypatch.delenv(bubblewrap.SANDBOX_ENV, raising=False)
+    with Worker(None, Limits()) as worker:
+        assert worker.sandbox == "fallback"
+        assert "the fallback sandbox (no bubblewrap: `bwrap` cannot run here (" in worker.describe()
+
+
+# ---------------------------------------------------------------- killing by uid, without a PID namespace
+
+
+def hidden_survivor(uid: int) -> int:
+    """A process of `uid` in a session of its own whose parent has exited (not the test's child: only its uid
+    finds it), as a submission's daemon; its pid."""
+    script = "sleep 120 </dev/null >/dev/null 2>&1 & echo $!"
+    shell = subprocess.Popen(
+        ["sh", "-c", script], user=uid, group=uid, extra_groups=[], start_new_session=True, stdout=subprocess.PIPE
+    )
+    return int(shell.communicate(timeout=60)[0])
+
+
+@pytest.fixture
+def kills(monkeypatch) -> list[str]:
+    """Each process kill_uid starts to signal as the uid: ("run", program) or ("fork",)."""
+    started: list[str] = []
+    run, fork = leases.subprocess.run, leases.os.fork
+    monkeypatch.setattr(leases.subprocess, "run", lambda args, **kw: started.append(args[0]) or run(args, **kw))
+    monkeypatch.setattr(leases.os, "fork", lambda: started.append("fork") or fork())
+    return started
+
+
+@needs_root
+@LAST_UIDS
+def test_killing_a_uid_with_no_process_says_none_is_left_and_starts_nothing(leased_uid, kills):
+    """Where the uid has no process (each grading's clean-up, most often), /proc says so: no kill(-1) is sent,
+    no process started, and kill_uid answers that none is left (kill(-1)'s own answer cannot say it: it succeeds
+    wherever any other process exists, and fails where none does, whatever the uid had)."""
+    assert processes_of(leased_uid) == []
+    assert kill_uid(leased_uid) is True
+    assert kills == []
+
+
+@needs_root
+@LAST_UIDS
+@pytest.mark.parametrize("way", ["setpriv", "fork"])
+def test_killing_a_uid_ends_a_hidden_survivor_and_says_none_is_left(leased_uid, kills, monkeypatch, way):
+    """A daemon of the uid, in a session of its own (only its uid finds it): killed, with or without setpriv
+    (debian:bookworm-slim has no `kill` program: the shell's own signals), and kill_uid says none is left."""
+    if way == "setpriv" and shutil.which("setpriv") is None:
+        pytest.skip("no setpriv here")
+    which, gone = shutil.which, {"kill", "setpriv"} if way == "fork" else {"kill"}  # bookworm-slim has no `kill`
+    monkeypatch.setattr(leases.shutil, "which", lambda name: None if name in gone else which(name))
+    pid = hidden_survivor(leased_uid)
+    try:
+        assert processes_of(leased_uid) == [pid]
+        assert kill_uid(leased_uid) is True
+        assert processes_of(leased_uid) == []
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    assert kills and set(kills) == ({"fork"} if way == "fork" else {shutil.which("setpriv")}), kills
 
 
 @pytest.fixture

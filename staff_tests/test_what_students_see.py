@@ -72,8 +72,11 @@ def _keep(*tensors):
     print("kept before:", _last_kept(), flush=True)
     values = [repr(v) for t in tensors if t is not None and t.is_floating_point() for v in t.flatten().tolist()[:5]]
     for path in _KEPT:
-        with open(path, "a") as f:
-            f.write(" ".join(values) + "\\n")
+        try:  # without namespaces, Landlock keeps the job out of the shared /tmp: its working folder carries them
+            with open(path, "a") as f:
+                f.write(" ".join(values) + "\\n")
+        except OSError:
+            pass
 
 
 def _tell_what_is_kept():

@@ -348,11 +348,11 @@ def harness_or_library(filename: str, harness_files: Sequence[str] = ()) -> bool
         return True
     parts = path.parts
     harness = any(parts[i : i + 2] == ("cs_basics", "harness") for i in range(len(parts)))
-    installed = "site-packages" in parts or "dist-packages" in parts or path.is_relative_to(STDLIB)
+    installed = "site-packages" in parts or "dist-packages" in parts or any(map(path.is_relative_to, STDLIB))
     return harness or installed or path.parent.name in ("tests", "hidden")
 
 
-STDLIB = Path(os.__file__).parent
+STDLIB = {Path(os.__file__).parent, Path(os.__file__).resolve().parent}  # as named, and its real path (TORCH_DIRS)
 
 
 def folded_traceback(

@@ -138,9 +138,12 @@ def unreachable(paths: list[str]) -> str | None:
                 mode = f"{folder.stat().st_mode & 0o777:o}" if os.access(folder.parent, os.X_OK) else "?"
                 return (
                     f"the submission's process runs as uid {os.getuid()} and cannot enter {folder} (mode {mode}), "
-                    f"on the way to the Python environment's {path}; it could not import what lies there. Grade "
-                    "where namespaces are allowed (the grader then gives the process a view in which it can), or "
-                    "make the folders on that path world-traversable (chmod o+x), or install Python elsewhere"
+                    f"on the way to the Python environment's {path}; it could not import what lies there. Without "
+                    "namespaces the grader opens the environment's folders to it only where Landlock confines the "
+                    "process to them, and this kernel offers no Landlock. Grade where namespaces are allowed or "
+                    "bubblewrap runs (the grader then gives the process a view in which it can), or on a kernel "
+                    "with Landlock (Linux 5.13 or later, enabled), or make the folders on that path "
+                    "world-traversable (chmod o+x), or install Python elsewhere"
                 )
     return None
 

@@ -12,7 +12,6 @@ import signal
 import socket
 import subprocess
 import time
-from pathlib import Path
 
 from cs_basics.harness.grading.stopping import STOP, StaffError, stop_reason
 
@@ -27,17 +26,33 @@ LEASE_WAIT_SECONDS = 600.0  # how long a worker waits for a uid when other worke
 
 def process_uids() -> dict[int, int]:
     """pid -> uid of every live process (zombies, which only wait to be reaped, left out)."""
+    return {pid: uid for pid, uid in owners().items() if not zombie(pid)}
+
+
+def owners() -> dict[int, int]:
+    """pid -> uid of every process, zombies too: the owner of /proc/PID, its effective uid (kept for every process,
+    dumpable or not: proc(5)), read without reading a file of /proc."""
     found = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError):
-                if entry.joinpath("stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+    with os.scandir("/proc") as entries:
+        for entry in entries:
+            if entry.name.isdigit():
+                with contextlib.suppress(OSError):
                     found[int(entry.name)] = entry.stat().st_uid
     return found
 
 
+def zombie(pid: int) -> bool:
+    """Whether `pid` is a zombie (it only waits to be reaped) or gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return stat.read().rsplit(b")", 1)[1].split()[0] == b"Z"  # after the name: the state
+    except (OSError, IndexError):
+        return True
+
+
 def processes_of(uid: int) -> list[int]:
-    return [pid for pid, owner in process_uids().items() if owner == uid]
+    """The live processes of `uid`, from /proc: what kill(2) cannot say (see kill_uid)."""
+    return [pid for pid, owner in owners().items() if owner == uid and not zombie(pid)]
 
 
 def job_uid_range() -> range:
@@ -90,44 +105,50 @@ def lease_uid(wait: float = LEASE_WAIT_SECONDS) -> tuple[int, socket.socket]:
         time.sleep(random.uniform(0.2, 0.5))
 
 
-KILL_ROUNDS = 100  # kill(-1) again until none is left: 100 rounds 10 ms apart
+KILL_ROUNDS = 200  # looks at /proc, 5 ms apart, before kill_uid gives up (a second in all)
+KILL_AGAIN = 20  # rounds after which a process still there is signalled again (it ends in milliseconds once killed)
 
 
 def kill_uid(uid: int) -> bool:
-    """Every process of `uid`, wherever it runs: `kill(-1, SIGKILL)` sent as that uid, again until /proc shows
-    none left (the kernel signals them all in one pass, so forking faster cannot outrun it). Whether none is
-    left. Where util-linux's setpriv and a `kill` program are installed, they take the uid (subprocess may vfork
-    them: no copy of the grader); elsewhere (debian:bookworm-slim has no `kill`) a fork of the grader takes it."""
-    setpriv, kill = shutil.which("setpriv"), shutil.which("kill")
-    if not (setpriv and kill):
-        return any(kill_as(uid) for _ in range(3))  # 3 tries: a process of the uid may kill the killer
-    for _ in range(KILL_ROUNDS):
-        done = subprocess.run([setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", kill, "-9", "-1"],
-                              capture_output=True)  # fmt: skip
-        if done.returncode != 0 and not processes_of(uid):  # it found none to signal, and none is left
+    """Every process of `uid`, wherever it runs, gone; whether none is left. /proc says which are left, never kill's
+    answer: `kill(-1)` from an unprivileged uid fails only where no process exists but the caller and init, and
+    counts those it may not signal as found. None left: one look at /proc, nothing started. Else `kill(-1, SIGKILL)`
+    as that uid (the kernel signals them all in one pass, so forking faster cannot outrun it), again whenever /proc
+    shows a process the last pass may have missed, until none is left."""
+    signalled: set[int] = set()
+    for round_ in range(KILL_ROUNDS):
+        left = set(processes_of(uid))
+        if not left:
             return True
-        time.sleep(0.01)
-    return False
+        if not left <= signalled or round_ % KILL_AGAIN == KILL_AGAIN - 1:
+            signal_all_as(uid)
+            signalled = left
+        time.sleep(0.005)
+    return not processes_of(uid)
 
 
-def kill_as(uid: int) -> bool:
-    """`kill(-1, SIGKILL)` as `uid`, from a fork of this process that takes the uid, until it finds none to
-    signal; whether /proc then shows none left. No program is run: only system calls."""
+def signal_all_as(uid: int) -> None:
+    """`kill(-1, SIGKILL)` once, as `uid`: every process it may signal. Where util-linux's setpriv is installed it
+    takes the uid and the shell's own `kill` signals (subprocess may vfork them: no copy of the grader, and no kill
+    program is needed: debian:bookworm-slim has none); elsewhere a fork of the grader takes it (kill_as)."""
+    setpriv, shell = shutil.which("setpriv"), "/bin/sh"
+    if setpriv is None or not os.access(shell, os.X_OK):
+        kill_as(uid)
+        return
+    subprocess.run([setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", shell, "-c", "kill -9 -1"],
+                   capture_output=True)  # fmt: skip
+
+
+def kill_as(uid: int) -> None:
+    """`kill(-1, SIGKILL)` once as `uid`, from a fork of this process that takes the uid. No program is run: only
+    system calls (the grader's threads are gone in the fork, their locks may be held)."""
     pid = os.fork()
-    if pid == 0:  # only system calls here: the grader's threads are gone in the fork, their locks may be held
-        found_none = False
+    if pid == 0:
         try:
             os.setgroups([])
             os.setresgid(uid, uid, uid)
             os.setresuid(uid, uid, uid)
-            for _ in range(KILL_ROUNDS):
-                try:
-                    os.kill(-1, signal.SIGKILL)  # every process this uid may signal, but this one
-                except ProcessLookupError:
-                    found_none = True
-                    break
-                time.sleep(0.01)
+            os.kill(-1, signal.SIGKILL)  # every process this uid may signal, but this one
         finally:
-            os._exit(0 if found_none else 1)
-    _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status) == 0 and not processes_of(uid)
+            os._exit(0)
+    os.waitpid(pid, 0)

@@ -13,7 +13,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from cs_basics.harness.grading.bubblewrap import bubblewrap_view
+from cs_basics.harness.grading.bubblewrap import (
+    BubblewrapCommand,
+    bubblewrap_command,
+    bubblewrap_runs,
+    bubblewrap_view,
+)
 from cs_basics.harness.grading.limits import Limits
 from cs_basics.harness.grading.stopping import StaffError
 
@@ -37,18 +42,18 @@ class Server:
         tool = install_tool(root)
         self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         command = [sys.executable, "-I", "-X", "utf8", str(tool / "zygote.py"), str(theirs.fileno())]
-        if sandbox == "bubblewrap":
-            command = self.bubblewrap(command)
-        self.process = subprocess.Popen(
-            command,
-            stdin=subprocess.DEVNULL,
-            pass_fds=(theirs.fileno(),),
-            cwd=root,
-            env=server_env(root),
-            start_new_session=True,
-        )
+        with self.sandboxed(command) as sandboxed:
+            self.process = subprocess.Popen(
+                sandboxed.args,
+                stdin=subprocess.DEVNULL,
+                pass_fds=(theirs.fileno(), *sandboxed.fds),
+                cwd=root,
+                env=server_env(root),
+                start_new_session=True,
+            )
         theirs.close()
         self.namespaces: bool | None = None  # whether each job gets namespaces of its own, once the server is ready
+        self.own_proc = True  # whether a job with namespaces has a /proc of its own (see zygote.namespaces_allowed)
         self.landlock = 0  # the Landlock ABI the kernel offers the server's children (0: none), once it is ready
 
     def ready(self) -> Server:
@@ -61,16 +66,17 @@ class Server:
                     f"the grading server did not start in {self.limits.import_seconds:.0f} s ({self.sandbox})"
                 )
             self.namespaces = bool(ready.get("namespaces"))
+            self.own_proc = bool(ready.get("own_proc", True))
             self.landlock = int(ready.get("landlock") or 0)
         return self
 
-    def bubblewrap(self, command: list[str]) -> list[str]:
-        sandbox = [shutil.which("bwrap"), "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-net"]
-        view = bubblewrap_view([str(self.root)], self.limits.tmp_mb)
-        sandbox += ["--unshare-ipc", "--unshare-uts", *view, "--chdir", str(self.root)]
-        if os.geteuid() != 0:  # an ordinary user: a user namespace, in which the server may make more
-            sandbox += ["--unshare-user", "--uid", "0", "--gid", "0", "--cap-add", "ALL"]
-        return [*sandbox, "--", *command]
+    def sandboxed(self, command: list[str]) -> contextlib.AbstractContextManager[BubblewrapCommand]:
+        """The server's command line: in bubblewrap, the way it runs here (bubblewrap.bubblewrap_runs), or as it is."""
+        if self.sandbox != "bubblewrap":
+            return contextlib.nullcontext(BubblewrapCommand(command))
+        how = bubblewrap_runs()
+        view = bubblewrap_view([str(self.root)], self.limits.tmp_mb, own_proc=how.own_proc)
+        return bubblewrap_command(how, command, [*view, "--chdir", str(self.root)])
 
     def send(self, message: dict, fds: tuple[int, ...] = ()) -> None:
         socket.send_fds(self.sock, [json.dumps(message).encode()], list(fds))

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cs_basics.harness.grading.attempts import Attempt, ChildLog, SpawnedAttempt
-from cs_basics.harness.grading.bubblewrap import choose_sandbox
+from cs_basics.harness.grading.bubblewrap import SANDBOX_ENV, bubblewrap_runs, choose_sandbox
 from cs_basics.harness.grading.leases import kill_uid, lease_uid, processes_of
 from cs_basics.harness.grading.limits import Limits
 from cs_basics.harness.grading.litter import Hoard, remove_litter, remove_tree
@@ -40,6 +40,7 @@ class Worker:
 
     def __init__(self, sandbox: str | None = None, limits: Limits | None = None, namespaces: bool = True):
         self.sandbox = choose_sandbox(sandbox)
+        self.asked = sandbox or os.environ.get(SANDBOX_ENV)  # the sandbox named (else bubblewrap where it runs)
         self.namespaces = namespaces  # False: as where the kernel refuses them (for tests of that case)
         self.limits = limits or Limits()
         self.spawns = not fork_server_runs()  # Windows, macOS: a fresh Python per attempt (SpawnedAttempt)
@@ -74,13 +75,20 @@ class Worker:
         return 0 if self.spawns or self.isolated else self.ensure_server().landlock
 
     def describe(self) -> str:
-        where = "a bubblewrap sandbox" if self.sandbox == "bubblewrap" else "the fallback sandbox (no bubblewrap)"
+        where = "a bubblewrap sandbox"
+        if self.sandbox == "bubblewrap" and bubblewrap_runs().userns:
+            where += " in a user namespace of its own (root may not make namespaces here)"
+        elif self.sandbox == "fallback":
+            why = "asked for" if self.asked == "fallback" else f"no bubblewrap: {bubblewrap_runs().why}"
+            where = f"the fallback sandbox ({why})"
         if self.spawns:
             where += ", a fresh Python per attempt (the fork server needs Linux)"
         who = f"uid {self.uid}" if self.uid is not None else "the grader's own uid (not root)"
         if self.spawns:
             who = "the grader's own user"
         alone = "its own namespaces (no network, private /tmp)" if self.isolated else "no namespaces of its own"
+        if self.isolated and not self.ensure_server().own_proc:
+            alone += " but the container's /proc (a user namespace may not mount one of its own here)"
         if self.landlock:
             alone += f"; Landlock (ABI {self.landlock}) confines its files to the Python environment and its folder"
         elif not self.isolated and not self.spawns:

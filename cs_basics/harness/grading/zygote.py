@@ -34,6 +34,7 @@ import socket
 import struct
 import sys
 import time
+import types
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -48,6 +49,7 @@ SCRATCH_FOLDERS = {"/tmp": "tmp", "/var/tmp": "var-tmp", "/dev/shm": "shm"}  # o
 SCRATCH_INODES = 1 << 16  # files the job may make in it: each costs kernel memory that its size does not count
 CHILD = []  # child.py, loaded once by the server (its folder is out of a job's view)
 WAKE = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)  # the server's wake-up pipe (see Server.serve); a job closes it
+OWN_PROC = [True]  # whether a job with namespaces mounts a /proc of its own (see namespaces_allowed)
 KEEPER = next((p for p in ("/usr/bin/cat", "/bin/cat") if os.access(p, os.X_OK)), None)  # see start_keeper
 
 
@@ -120,6 +122,71 @@ def replace_folder(target: str, keep: list[str], stash: str, fresh: str | None =
         bind(spot, path)
         umount(spot)
         os.rmdir(spot)
+
+
+def visible(paths: list[str], job: dict) -> list[str]:
+    """`paths` but those that are, or hold, a folder the job must not see (the course's repository)."""
+    hidden = [Path(h) for h in job.get("hide", [])]
+    return [p for p in paths if not any(h.is_relative_to(p) for h in hidden)]
+
+
+# ---------------------------------------------------------------- the Python environment, without namespaces
+
+REACH_FD = 900  # the lowest number of the descriptors that reach the Python environment (under the channel's 960)
+
+
+def reach_python(job: dict, import_paths: list[str]) -> list[str]:
+    """Without namespaces, as root, before the uid changes: each folder of the Python environment (and import
+    path) on the way to which a folder is closed to the job's uid (a Python, or a checkout's .venv, under /root,
+    mode 700) is opened now, and from here on reached through /proc/self/fd/N: the kernel follows that link to
+    the folder itself, checking no folder above it (descriptors survive the uid change). sys.path, the sys
+    prefixes, every loaded package's __path__ and module's __file__ name it so; what the job imports from then on
+    loads through it. Only under Landlock (`landlock_rules`: its files confined to these folders, its own and the
+    system's), since ".." from such a folder leads to the folders between it and the closed one. Returns the
+    import paths as the job sees them."""
+    uid, roots = job["uid"], {}
+    wanted = sorted(set(visible([*job["python"], *import_paths], job)), key=len)  # the outermost first
+    for path in wanted:
+        if any(path == r or path.startswith(r + os.sep) for r in roots) or not blocked_ancestors([path], uid):
+            continue
+        fd = os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        lowest = REACH_FD if soft == resource.RLIM_INFINITY else max(min(REACH_FD, soft - 128), 3)
+        moved = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, lowest)
+        os.close(fd)
+        roots[path] = f"/proc/self/fd/{moved}"
+    if roots:
+        name_reached(roots)
+    return [reached(p, roots) for p in import_paths]
+
+
+def reached(path: str, roots: dict[str, str]) -> str:
+    """`path` as the job reaches it: through the descriptor of the folder of `roots` that holds it."""
+    for root, through in roots.items():
+        if path == root or path.startswith(root + os.sep):
+            return through + path[len(root) :]
+    return path
+
+
+def name_reached(roots: dict[str, str]) -> None:
+    """sys.path, the prefixes, and every loaded module's __path__, __file__ and spec, through `roots`."""
+    sys.path[:] = [reached(p, roots) for p in sys.path]
+    sys.path_importer_cache.clear()
+    for name in ("prefix", "exec_prefix", "base_prefix", "base_exec_prefix"):
+        setattr(sys, name, reached(getattr(sys, name), roots))
+    for module in list(sys.modules.values()):
+        names = getattr(module, "__dict__", None) if isinstance(module, types.ModuleType) else None
+        if not names:
+            continue
+        spec = names.get("__spec__")
+        found = (names.get("__path__"), getattr(spec, "submodule_search_locations", None))
+        for paths in {id(p): getattr(p, "_path", p) for p in found}.values():  # a namespace package's holds a list
+            if isinstance(paths, list):
+                paths[:] = [reached(p, roots) if isinstance(p, str) else p for p in paths]
+        if isinstance(names.get("__file__"), str):
+            names["__file__"] = reached(names["__file__"], roots)
+        if isinstance(getattr(spec, "origin", None), str) and getattr(spec, "has_location", False):
+            spec.origin = reached(spec.origin, roots)
 
 
 def make_scratch(job: dict, stash: str) -> str:
@@ -241,9 +308,7 @@ def landlock_rules(job: dict, import_paths: list[str]) -> list[tuple[str, int]]:
     its out/ and work/ written. Nothing else: not the course's repository (an import path that is, or holds,
     a folder the job must not see is left out), not another job's folder, not the shared temporary folders
     (the job's temporary files go to its working folder)."""
-    hidden = [Path(h) for h in job.get("hide", [])]
-    readable = [*SYSTEM_FOLDERS, *job["python"], *import_paths]
-    readable = [p for p in readable if not any(h.is_relative_to(p) for h in hidden)]
+    readable = visible([*SYSTEM_FOLDERS, *job["python"], *import_paths], job)
     folder, written = job["dir"], FS_ABI_1 | FS_REFER | FS_TRUNCATE
     rules = [(path, READ) for path in readable]
     rules += [("/dev", READ | FS_WRITE_FILE | FS_TRUNCATE | FS_IOCTL_DEV), (folder, READ)]
@@ -343,11 +408,16 @@ def run_child(job: dict, progress: int, output: int, go: int) -> None:
             if kept is not None:
                 os.close(kept[1])
             set_death_signal()
-            mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV)
+            if OWN_PROC[0]:  # else the container's, bound by bubblewrap (see namespaces_allowed)
+                mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV)
         limit(job)
         import_paths = [p for p in sys.path if p and os.path.isdir(p)]  # seen before the uid changes
         abi = 0 if isolated else job.get("landlock", 0)  # the files of a job without namespaces, confined
         ruleset = landlock_ruleset(job, import_paths, abi) if abi else None
+        if not isolated:  # the course's repository (an editable install's path) is no import path of the job's
+            import_paths = visible(import_paths, job)
+        if ruleset is not None and job.get("uid") is not None:
+            import_paths = reach_python(job, import_paths)
         become(job.get("uid"))
         if ruleset is not None:
             confine(ruleset)
@@ -412,14 +482,26 @@ def warm_up() -> None:
     save({"x": x.detach()})  # safetensors loads parts of numpy on its first save: in memory, never a file
 
 
-def namespaces_allowed() -> bool:
-    """Whether a child may make the namespaces `enter_namespaces` makes (a container may forbid them)."""
+def namespaces_allowed() -> tuple[bool, bool]:
+    """Whether a child may make the namespaces `enter_namespaces` makes (a container may forbid them), and whether
+    it may mount a /proc of its own there: in a user namespace (bubblewrap's, where root may not make namespaces)
+    the kernel refuses one where the container masks parts of its /proc (podman's, Docker's); the job then sees
+    the container's (OWN_PROC)."""
     if os.getuid() != 0:
-        return False
+        return False, False
     pid = os.fork()
     if pid == 0:
-        os._exit(0 if libc.unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWNET | CLONE_NEWPID) == 0 else 1)
-    return os.waitpid(pid, 0)[1] == 0
+        found = 2  # no namespaces
+        try:
+            if libc.unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWNET | CLONE_NEWPID) == 0:
+                found = 1  # namespaces, no /proc of its own
+                mount("", "/", flags=MS_REC | MS_PRIVATE)
+                mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV)
+                found = 0
+        finally:
+            os._exit(found)
+    status = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    return status in (0, 1), status == 0
 
 
 def describe_status(status: int) -> str:
@@ -443,8 +525,14 @@ class Server:
         self.sock.send(json.dumps(message).encode())
 
     def serve(self) -> None:
+        namespaces, OWN_PROC[0] = namespaces_allowed()
         self.send(
-            ready=True, pid=os.getpid(), uid=os.getuid(), namespaces=namespaces_allowed(), landlock=landlock_abi()
+            ready=True,
+            pid=os.getpid(),
+            uid=os.getuid(),
+            namespaces=namespaces,
+            own_proc=OWN_PROC[0],
+            landlock=landlock_abi(),
         )
         # a child's end wakes the server at once (SIGCHLD writes to this pipe): the grader hears "ended" then,
         # not at the next poll; the poll stays, for an orphan whose signal came while the server was busy
