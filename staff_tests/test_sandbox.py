@@ -62,6 +62,7 @@ SANDBOXES = [pytest.param("bubblewrap", marks=needs_bubblewrap), "fallback"]
 # the tests that take the last uids of the jobs' range by number run one after the other (under xdist, on one
 # worker): two at once would sweep or lease each other's uid
 LAST_UIDS = pytest.mark.xdist_group("the-last-job-uids")
+NO_NAMESPACES = "the kernel refuses the job's namespaces here (root in a container without CAP_SYS_ADMIN?)"
 
 
 @pytest.fixture(scope="module", params=SANDBOXES)
@@ -202,11 +203,11 @@ def test_what_a_job_writes_to_its_temporary_folders_is_bounded_in_all(assignment
     and the submission is graded in full."""
     limit_mb = 64
     with Worker(worker.sandbox, Limits(case_seconds=20, tmp_mb=limit_mb)) as bounded:
-        bounded.ensure_server()
+        if not bounded.isolated:  # as the grading server found by trying (a container may refuse namespaces)
+            pytest.skip(f"{NO_NAMESPACES}: the bound is then the watch on the job's uid (a test below)")
         with lowest_mem_available() as lowest:
             before = mem_available()
             result = graded(assignment, bounded, submission(tmp_path, FILL_TEMPORARY_FOLDERS))
-        assert bounded.isolated  # the job's own namespaces hold the bound (see the README for the path without)
     drop_mb = (before - lowest[0]) >> 20
     assert drop_mb < limit_mb + 448, f"MemAvailable dropped by {drop_mb} MiB"
     assert scores(result) == pytest.approx(FULL), outputs_of(result, SOFTMAX)[0]
