@@ -61,11 +61,14 @@ def solutions() -> list[Path]:
     return sorted(p for p in STUDENTS.iterdir() if (p / "expected.toml").is_file())
 
 
-def grade_all(results: Path, workers: int = 2) -> subprocess.CompletedProcess:
-    """Grade every solution of the set into `results/<name>.json` in one batch run."""
+def grade_all(
+    results: Path, workers: int = 2, shard: str | None = None, timeout: float = 900
+) -> subprocess.CompletedProcess:
+    """Grade every solution of the set (or the `shard`, "I/N", of it) into `results/<name>.json` in one batch run."""
     command = [sys.executable, "-m", "cs_basics.cli", "grade", "--submission", str(STUDENTS)]
     command += ["--results", str(results), "--workers", str(workers), "--force"]
-    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    command += ["--shard", shard] if shard else []
+    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
 
 
 def deserved(rule: str | float, score: float, full: float) -> bool:
@@ -123,7 +126,8 @@ def judge(folder: Path, results: dict, cases: dict[str, object], points: dict[st
     return j
 
 
-def judge_all(results_dir: Path) -> list[Judgement]:
+def judge_all(results_dir: Path, folders: list[Path] | None = None) -> list[Judgement]:
+    """Every solution's results in `results_dir` judged (or those of `folders`)."""
     from cs_basics.harness.config import Assignment
     from cs_basics.harness.grading import results as results_module
 
@@ -131,7 +135,7 @@ def judge_all(results_dir: Path) -> list[Judgement]:
     cases = {results_module.test_name(c): c for c in assignment.cases}
     problems = {name: float(table["points"]) for name, table in assignment.table["problems"].items()}
     judged = []
-    for folder in solutions():
+    for folder in solutions() if folders is None else folders:
         path = results_dir / f"{folder.name}.json"
         data = json.loads(path.read_text()) if path.is_file() else {}
         judged.append(judge(folder, data, cases, problems))

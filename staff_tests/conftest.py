@@ -107,11 +107,18 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
 
 
 def group_of(item: pytest.Item) -> str | None:
-    """An explicit `xdist_group`, else the module's name where the test uses a module-scoped fixture of its module."""
+    """An explicit `xdist_group`, else the module's name where the test uses a module-scoped fixture of its module,
+    with that fixture's parameter where it has one: a grading worker per sandbox is a set-up of its own, so the
+    bubblewrap tests and the fallback tests of a module run on two workers at once, not one after the other."""
     marked = item.get_closest_marker("xdist_group")
     if marked is not None:
         return str(marked.args[0])
-    return item.module.__name__ if module_fixtures(item) else None
+    fixtures = module_fixtures(item)
+    if not fixtures:
+        return None
+    chosen = getattr(item, "callspec", None)
+    params = [f"{name}={chosen.params[name]}" for name in sorted(fixtures) if chosen and name in chosen.params]
+    return "[".join([item.module.__name__, *params]) + "]" * len(params)
 
 
 def module_fixtures(item: pytest.Item) -> list[str]:

