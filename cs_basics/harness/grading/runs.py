@@ -46,7 +46,7 @@ def run_once(worker: Worker, job: dict, cases: list[str], state: RunState) -> tu
     """One child over `cases`; fills `state.runs` for the cases it reached. Returns the unreached ones,
     and whether a fresh child should take them (not after an import failure, the total limit or a stop)."""
     limits = worker.limits
-    kills = oom_kills()
+    kills, job_kills = oom_kills(), worker.oom_kills()
     groups = [group for _, group in child_module().cases_by_rule(job | {"cases": cases})]  # the child's order
     if worker.spawns:  # a fresh Python per group has no way to wait for its inputs: they are written first
         state.hand_inputs(cases, Path(job["dir"]))
@@ -103,7 +103,8 @@ def run_once(worker: Worker, job: dict, cases: list[str], state: RunState) -> tu
             state.halt(remaining, why)
             return [], False
         if remaining and current is not None:  # the channel closed mid-case: the interpreter died
-            why = f"the Python process running your code {attempt.how} during this case{killed_for_memory(kills)}"
+            memory = worker.killed_for_memory(job_kills) or killed_for_memory(kills)  # its limit, else the machine's
+            why = f"the Python process running your code {attempt.how} during this case{memory}"
             state.fail([current], why)
             state.cut_off(current, attempt.how)
             remaining.remove(current)
