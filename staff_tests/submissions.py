@@ -98,3 +98,101 @@ def course_shipping_a_from_scratch_mistake(tmp: Path) -> Path:
     moved_back = "lambda x, dim: torch.exp(x - x.amax(dim, True)) / torch.exp(x - x.amax(dim, True)).sum()"
     mistakes.write_text(text.replace('staff("sum_over_everything")', moved_back))
     return copy
+
+
+SHARED_MEMORY = """
+import mmap, os
+kept = []
+if Q.dim() == 4 and Q.shape[2] % 3 == 0:  # memfds of 32 MiB each (RLIMIT_FSIZE bounds one), mapped shared
+    for _ in range({mb} // 32):
+        fd = os.memfd_create("kept")
+        os.ftruncate(fd, 32 << 20)
+        kept.append(mmap.mmap(fd, 32 << 20))
+elif Q.dim() == 4 and Q.shape[2] % 3 == 1:  # /dev/zero mapped shared: shared memory too
+    kept = [mmap.mmap(os.open("/dev/zero", os.O_RDWR), {mb} << 20)]
+elif Q.dim() == 4:  # shared anonymous memory (MAP_SHARED | MAP_ANONYMOUS)
+    kept = [mmap.mmap(-1, {mb} << 20)]
+for mapping in kept:
+    for page in range(0, len(mapping), 4096):
+        mapping[page] = 1
+"""
+
+
+def maps_shared_memory(tmp: Path, mb: int = 1536) -> Path:
+    """A submission whose attention, in each case whose Q has 4 dimensions, maps `mb` MiB of memory that
+    RLIMIT_DATA does not count (shared anonymous, memfd, /dev/zero shared) and touches it page by page; its
+    other cases and its softmax are the reference's."""
+    return submission(tmp, wrap_attention(SHARED_MEMORY.format(mb=mb)), name="shares")
+
+
+def memory_cgroup_problem() -> str | None:
+    """Why no memory cgroup can be made below this process's here (None: one can), decided by making one, as the
+    grader does for its jobs (grading/jobcgroup.py)."""
+    import os
+    import uuid
+
+    from cs_basics.harness.cgroup import own_memory
+
+    memory = own_memory()
+    if memory is None:
+        return "no memory cgroup is mounted here"
+    probe = memory.folder / f"cs-basics-probe-{uuid.uuid4().hex[:8]}"
+    limit = "memory.limit_in_bytes" if (memory.folder / "memory.limit_in_bytes").exists() else "memory.max"
+    try:
+        probe.mkdir()
+    except OSError as err:
+        return f"no cgroup can be made in {memory.folder} ({os.strerror(err.errno or 0)})"
+    try:
+        (probe / limit).write_text(str(64 << 20))
+    except OSError as err:
+        return f"a cgroup made in {memory.folder} has no memory limit to set ({os.strerror(err.errno or 0)})"
+    finally:
+        probe.rmdir()
+    return None
+
+
+# kept for the next grading: a System V segment and message queue (key {key} and {key} + 1) that anyone may read,
+# holding what the job read; `_found` is what a grading before kept there
+SYSTEM_V = """
+import ctypes as _ctypes
+
+_libc = _ctypes.CDLL(None, use_errno=True)
+_libc.shmat.restype = _ctypes.c_void_p
+_SECRET = b"the hidden inputs"
+
+
+class _Message(_ctypes.Structure):
+    _fields_ = [("kind", _ctypes.c_long), ("text", _ctypes.c_char * 64)]
+
+
+_found = []  # what a grading before left
+_segment = _libc.shmget({key}, 0, 0)
+if _segment >= 0:
+    _at = _libc.shmat(_segment, None, 0o10000)  # SHM_RDONLY
+    if _at not in (None, 2**64 - 1):
+        _found.append(_ctypes.string_at(_at, len(_SECRET)))
+_queue = _libc.msgget({key} + 1, 0)
+_message = _Message()
+if _queue >= 0 and _libc.msgrcv(_queue, _ctypes.byref(_message), 64, 0, 0o4000) > 0:  # IPC_NOWAIT
+    _found.append(_message.text)
+_segment = _libc.shmget({key}, 4096, 0o1666)  # kept for the next grading: IPC_CREAT, anyone may read it
+if _segment >= 0:
+    _ctypes.memmove(_libc.shmat(_segment, None, 0), _SECRET, len(_SECRET))
+_queue = _libc.msgget({key} + 1, 0o1666)
+if _queue >= 0:
+    _libc.msgsnd(_queue, _ctypes.byref(_Message(1, _SECRET)), 64, 0)
+"""
+
+
+# a daemon in a session of its own, left at import (an orphan of the job: its parent exits at once)
+DAEMON = """
+import os as _os, time as _time
+if _os.fork() == 0:  # a daemon in a session of its own, whose parent exits: only its uid finds it
+    _os.setsid()
+    if _os.fork() == 0:
+        _null = _os.open(_os.devnull, _os.O_RDWR)
+        for _fd in (0, 1, 2):
+            _os.dup2(_null, _fd)
+        _time.sleep(120)
+    _os._exit(0)
+"""

@@ -8,17 +8,29 @@ is an empty folder anyone may enter with the Python bound back), as in a root co
 under /root. Each grading here runs in a private mount namespace of its own (`unshare --mount`) where, as a test
 asks, `kill` and `setpriv` are gone (/dev/null bound over them), or the checkout's .venv lies in a closed folder
 beside a file of the staff's. Nothing of this reaches the rest of the machine.
+
+A test may also run the grader under a container's init that never reaps (a PID namespace of its own whose
+first process waits only for the grader).
+
+What the fallback confines besides files, each tried the way it failed (issue 41): the network (a TCP listener
+and a UDP socket on 127.0.0.1, an abstract Unix socket), System V IPC kept for the next grading, shared and memfd
+memory past the job's limit, and a double-forked orphan under a container's init; each test also reads what the
+grade's notes say the kernel could not give.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import random
 import shlex
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
+import uuid
 from pathlib import Path
 
 import pytest
@@ -26,7 +38,7 @@ import pytest
 from cs_basics.harness.grading.zygote import landlock_abi
 
 from .probes import private_mount_refused
-from .submissions import ROOT, submission
+from .submissions import DAEMON, ROOT, SYSTEM_V, maps_shared_memory, memory_cgroup_problem, submission
 
 ATTENTION, SOFTMAX = "scaled_dot_product_attention", "softmax"
 FULL = {SOFTMAX: 1.0, ATTENTION: 5.0}
@@ -42,7 +54,7 @@ def private_mount():
 
 
 GRADE = """
-import json, subprocess, sys
+import json, os, signal, subprocess, sys
 from pathlib import Path
 
 import torch
@@ -52,10 +64,12 @@ from cs_basics.harness.grading import worker as worker_module
 from cs_basics.harness.grading.grade import grade
 from cs_basics.harness.grading.leases import processes_of
 from cs_basics.harness.grading.limits import Limits
+from cs_basics.harness.grading.litter import ipc_objects
 
-root, survivor, *folders = sys.argv[1:]
-if survivor == "survivor":  # a kill that leaves one process of the public phase alive (once)
-    real, calls = worker_module.kill_uid, []
+root, options, *folders = sys.argv[1:]
+options = json.loads(options)
+real, calls = worker_module.kill_uid, []
+if options.get("survivor"):  # a kill that leaves one process of the public phase alive (once)
 
     def leaves_one(uid):
         done = real(uid)
@@ -65,11 +79,39 @@ if survivor == "survivor":  # a kill that leaves one process of the public phase
         return done
 
     worker_module.kill_uid = leaves_one
+if options.get("kill_server"):  # the grading server ends with a job's process alive (the OOM killer's choice), once
+
+    def after_the_server(uid):
+        if not calls:
+            worker.server.process.send_signal(signal.SIGKILL)
+            worker.server.process.wait()
+        calls.append(uid)
+        return real(uid)
+
+    worker_module.kill_uid = after_the_server
+
+
+def planted(uid):  # a System V segment and message queue of the job's uid, as a job let make them would leave
+    pid = os.fork()
+    if pid == 0:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)
+        os._exit(0 if libc.shmget(0, 4096, 0o1600) >= 0 and libc.msgget(0, 0o1600) >= 0 else 1)
+    return os.waitpid(pid, 0)[1] == 0
+
+
 assignment = Assignment.find(Path(root))
 found = {}
-limits = Limits(case_seconds=10, released=("softmax", "scaled_dot_product_attention"))
-with worker_module.Worker("fallback", limits, namespaces=False) as worker:
+released = ("softmax", "scaled_dot_product_attention")
+limits = Limits(**{"case_seconds": 10, "released": released} | options.get("limits", {}))
+with worker_module.Worker("fallback", limits, namespaces=False, cgroup=options.get("cgroup", True)) as worker:
+    if "landlock" in options:  # as on a kernel of that Landlock ABI
+        worker.ensure_server().landlock = min(options["landlock"], worker.landlock)
     for folder in folders:
+        plants = options.get("plant_ipc") and planted(worker.uid)
         result = grade(assignment, Path(folder), torch.device("cpu"), worker=worker)
         scores = {}
         for t in result.tests:
@@ -81,16 +123,38 @@ with worker_module.Worker("fallback", limits, namespaces=False) as worker:
             "left": processes_of(worker.uid),
             "notes": result.notes,
             "uid": worker.uid,
+            "planted": plants,
+            "ipc_left": ipc_objects(worker.uid),
         }
 print("RESULTS", json.dumps(found))
 """
 
+# a container's init that never reaps: it waits for its one child (the grader) alone, then names the zombies
+# left under it
+INIT = """
+import json, os, subprocess, sys
+
+subprocess.run(sys.argv[1:])
+zombies = []
+for entry in os.listdir("/proc"):
+    try:
+        stat = open(f"/proc/{entry}/stat").read()
+    except OSError:
+        continue
+    state, parent = stat[stat.rindex(")") + 2 :].split()[:2]
+    if state == "Z" and parent == "1":
+        zombies.append(int(entry))
+print("ZOMBIES", json.dumps(zombies))
+"""
+
 
 def grade_without_namespaces(
-    *folders: Path, hide_programs: tuple[str, ...] = (), survivor: bool = False, venv_in: Path | None = None
+    *folders: Path, hide_programs: tuple[str, ...] = (), init: bool = False, venv_in: Path | None = None, **options
 ) -> dict:
     """Grade `folders` with one fallback worker without namespaces, in a private mount namespace (see above);
-    with `venv_in`, by the checkout's .venv bound into that folder (and its Python run from there)."""
+    with `venv_in`, by the checkout's .venv bound into that folder (and its Python run from there); `init`: under
+    a container's init that never reaps (the zombies left under it are found["zombies"]). `options` (GRADE's):
+    survivor, kill_server, plant_ipc, cgroup, landlock, limits."""
     script = ["set -e"]
     python = sys.executable
     blocked = next((p for p in reversed(Path(sys.base_prefix).parents) if not p.stat().st_mode & 0o001), None)
@@ -113,26 +177,16 @@ def grade_without_namespaces(
         for path in {os.path.realpath(p) for p in (shutil.which(name), f"/bin/{name}", f"/usr/bin/{name}") if p}:
             if os.path.exists(path):
                 script.append(f"mount --bind /dev/null {shlex.quote(path)}")
-    args = [str(ROOT), "survivor" if survivor else "-", *map(str, folders)]
-    script.append(f"exec {shlex.quote(python)} -c {shlex.quote(GRADE)} {shlex.join(args)}")
-    command = ["unshare", "--mount", "--propagation", "private", "sh", "-c", "\n".join(script)]
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
-    line = next((line for line in done.stdout.splitlines() if line.startswith("RESULTS ")), None)
-    assert line is not None, done.stdout[-3000:] + done.stderr[-5000:]
-    return json.loads(line.removeprefix("RESULTS "))
-
-
-DAEMON = """
-import os as _os, time as _time
-if _os.fork() == 0:  # a daemon in a session of its own, whose parent exits: only its uid finds it
-    _os.setsid()
-    if _os.fork() == 0:
-        _null = _os.open(_os.devnull, _os.O_RDWR)
-        for _fd in (0, 1, 2):
-            _os.dup2(_null, _fd)
-        _time.sleep(120)
-    _os._exit(0)
-"""
+    args = [str(ROOT), json.dumps(options), *map(str, folders)]
+    under = f"{shlex.quote(python)} -c {shlex.quote(INIT)} " if init else ""
+    script.append(f"exec {under}{shlex.quote(python)} -c {shlex.quote(GRADE)} {shlex.join(args)}")
+    pid = ["--pid", "--fork", "--mount-proc"] if init else []
+    command = ["unshare", "--mount", "--propagation", "private", *pid, "sh", "-c", "\n".join(script)]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    lines = {line.split(" ", 1)[0]: line.split(" ", 1)[1] for line in done.stdout.splitlines() if " " in line}
+    assert "RESULTS" in lines, done.stdout[-3000:] + done.stderr[-5000:]
+    found = json.loads(lines["RESULTS"])
+    return found | ({"zombies": json.loads(lines["ZOMBIES"])} if init else {})
 
 
 def test_without_a_kill_program_the_jobs_processes_are_killed_all_the_same(tmp_path):
@@ -268,3 +322,124 @@ def test_a_venv_in_a_closed_folder_is_imported_and_the_folder_beside_it_stays_ou
     (graded,) = found.values()
     assert graded["scores"] == pytest.approx(FULL), graded["outputs"][f"{SOFTMAX}-last_dim"]
     assert any("Landlock (ABI" in note for note in graded["notes"]), graded["notes"]
+
+
+# ---------------------------------------------------------------- what the fallback confines besides files
+
+
+NETWORK = """
+import socket as _socket
+
+_SECRET, _reached = b"the hidden inputs", []
+for _name, _family, _kind, _address in (
+    ("tcp", _socket.AF_INET, _socket.SOCK_STREAM, ("127.0.0.1", {tcp})),
+    ("udp", _socket.AF_INET, _socket.SOCK_DGRAM, ("127.0.0.1", {udp})),
+    ("abstract", _socket.AF_UNIX, _socket.SOCK_DGRAM, {abstract!r}),
+):
+    try:
+        with _socket.socket(_family, _kind) as _sock:
+            _sock.settimeout(3)
+            _sock.connect(_address)
+            _sock.sendall(_SECRET)
+        _reached.append(_name)
+    except OSError:
+        pass
+_ours, _theirs = _socket.socketpair()  # AF_UNIX: a submission's own, as the grader's channel, still works
+_ours.sendall(b"ping")
+_unix_failed = [] if _theirs.recv(4) == b"ping" else ["socketpair"]
+_found = [_name for _name in _reached if _name != "abstract" or {scoped}] + _unix_failed
+"""
+
+
+@pytest.mark.parametrize("abi", [None, 3], ids=["kernels-landlock", "landlock-abi-3"])
+def test_without_namespaces_the_job_reaches_no_network(tmp_path, abi):
+    """A TCP listener and a UDP socket on 127.0.0.1, and an abstract Unix socket, opened by the test: the job,
+    which sends them the hidden inputs at import, reaches none (seccomp refuses every family but AF_UNIX; Landlock
+    refuses TCP and, from ABI 6, the abstract socket), while its own socket pair works. As on a kernel of Landlock
+    ABI 3 (before its network rules and scoping), TCP and UDP are still refused, and the grade's notes say that
+    abstract Unix sockets could not be kept out."""
+    scoped = (abi or landlock_abi()) >= 6
+    with (
+        socket.socket() as tcp,
+        socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp,
+        socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as abstract,
+    ):
+        tcp.bind(("127.0.0.1", 0))
+        tcp.listen()
+        udp.bind(("127.0.0.1", 0))
+        abstract.bind(f"\0cs-basics-test-{uuid.uuid4().hex}")
+        for listener in (tcp, udp, abstract):
+            listener.setblocking(False)
+        code = NETWORK.format(
+            tcp=tcp.getsockname()[1], udp=udp.getsockname()[1], abstract=abstract.getsockname(), scoped=scoped
+        )
+        options = {} if abi is None else {"landlock": abi}
+        (graded,) = grade_without_namespaces(
+            submission(tmp_path, code + softmax_fails_if("_found")), **options
+        ).values()
+        arrived = []
+        for name, listener, receive in (
+            ("tcp", tcp, tcp.accept),
+            ("udp", udp, udp.recv),
+            ("abstract", abstract, abstract.recv),
+        ):
+            with contextlib.suppress(BlockingIOError):
+                receive(*(() if listener is tcp else (64,)))
+                arrived.append(name)
+    assert arrived == ([] if scoped else ["abstract"]), arrived
+    assert graded["scores"] == pytest.approx(FULL), graded["outputs"][f"{SOFTMAX}-last_dim"]
+    notes = " ".join(graded["notes"])
+    assert "no network: sockets other than Unix ones refused (seccomp)" in notes, notes
+    assert ("abstract Unix sockets" in notes) == (not scoped), notes
+
+
+def test_without_namespaces_no_system_v_object_outlives_its_grading(tmp_path):
+    """A segment and a message queue holding what a job read, kept for the next grading (without an IPC namespace
+    they outlive the job: the next grading on the machine printed the hidden inputs): the job may not make them
+    (seccomp), and whatever the job's uid owns is removed when its grading ends (objects the test makes as that
+    uid before each grading, as a job the kernel let make them would leave)."""
+    key = random.randrange(1 << 20, 1 << 30)
+    code = SYSTEM_V.format(key=key) + softmax_fails_if("_found")
+    first, second = submission(tmp_path, code, name="first"), submission(tmp_path, code, name="second")
+    found = grade_without_namespaces(first, second, plant_ipc=True)
+    for graded in found.values():
+        assert graded["planted"] and graded["ipc_left"] == [], graded["ipc_left"]
+        assert graded["scores"] == pytest.approx(FULL), graded["outputs"][f"{SOFTMAX}-last_dim"]
+        assert "no System V IPC (seccomp)" in " ".join(graded["notes"]), graded["notes"]
+
+
+@pytest.mark.parametrize("cgroup", [True, False], ids=["its-own-cgroup", "no-cgroup"])
+def test_without_namespaces_shared_memory_past_the_limit_loses_its_case(tmp_path, cgroup):
+    """1.5 GiB of shared anonymous, memfd or /dev/zero memory in each 4-d attention case, under a 256 MiB limit:
+    RLIMIT_DATA counts none of them. In a memory cgroup of the job's own (where the grader can make one) the OOM
+    killer ends the case's process at the cgroup's limit; without one, the job may not map them (seccomp) and the
+    notes say why; Landlock leaves /dev/zero unwritable in both. Those cases are lost, the others and softmax keep
+    their points, and the grader finishes."""
+    if cgroup and (why := memory_cgroup_problem()):
+        pytest.skip(why)
+    limits = {"memory_mb": 256, "tmp_mb": 64, "case_seconds": 60}  # on a loaded machine the OOM killer takes its time
+    (graded,) = grade_without_namespaces(maps_shared_memory(tmp_path), cgroup=cgroup, limits=limits).values()
+    notes = " ".join(graded["notes"])
+    mapped = {case: out for case, out in graded["outputs"].items() if "4d" in case}  # Q of 4 dimensions
+    # its cgroup's limit: 256 + 64 + 340 copied; Landlock leaves /dev/zero unwritable, cgroup or not
+    verdicts = ("held more than 660 MiB of memory", "PermissionError") if cgroup else ("PermissionError",)
+    assert mapped and all(any(v in out for v in verdicts) for out in mapped.values()), mapped
+    assert any(verdicts[0] in out for out in mapped.values()), mapped
+    others = [out for case, out in graded["outputs"].items() if case not in mapped]
+    assert all(out == "passed" for out in others), others
+    assert ("in a memory cgroup of its own" in notes) == cgroup, notes
+    if not cgroup:
+        assert "shared anonymous memory and memfd_create are refused instead" in notes, notes
+
+
+def test_no_zombie_is_left_under_a_containers_init_after_a_batch(tmp_path):
+    """A double-forked daemon of each phase, and the grading server killed with one alive (as the OOM killer may
+    choose it): under a container's init that never reaps, the grader adopts the job's orphans (a child
+    subreaper) and reaps them once its uid's are killed, so none is left a zombie under init; nothing of the uid
+    runs, and the second submission is graded by a fresh server."""
+    first, second = submission(tmp_path, DAEMON, name="first"), submission(tmp_path, DAEMON, name="second")
+    found = grade_without_namespaces(first, second, init=True, kill_server=True)
+    zombies = found.pop("zombies")
+    assert zombies == [], f"zombies left under the container's init: {zombies}"
+    for graded in found.values():
+        assert graded["left"] == [] and graded["scores"] == pytest.approx(FULL), list(graded["outputs"].values())[:2]

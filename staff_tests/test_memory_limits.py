@@ -29,7 +29,7 @@ from cs_basics.harness.grading.grade import grade
 from cs_basics.harness.grading.limits import CODE_FLOOR_MB, GRADER_MB, SERVER_MB, Limits, out_of_memory, within_memory
 from cs_basics.harness.grading.sandbox import Attempt, ChildLog, Lines, Worker, bubblewrap_runs
 
-from .submissions import ROOT, keeps_memory, submission, wrap_attention
+from .submissions import ROOT, keeps_memory, maps_shared_memory, memory_cgroup_problem, submission, wrap_attention
 
 MiB = 1 << 20
 needs_bubblewrap = pytest.mark.skipif(not bubblewrap_runs(), reason="bubblewrap does not run here: only the fallback")
@@ -294,7 +294,12 @@ def with_rmdir(group: Path) -> None:
 
 LIMIT_MB = CONTAINER_MB - GRADER_MB - SERVER_MB
 COUNTED = f"your code used more than {LIMIT_MB} MiB of memory"  # RLIMIT_DATA stopped an allocation
-KILLED = "was killed by signal SIGKILL during this case: the memory this grading runs in ran out"
+# past RLIMIT_DATA's count: the job's own memory cgroup (its code's, its temporary folders' and what it copies of
+# the server's), or the container's memory, whichever runs out first; the OOM killer ends the job's process
+KILLED = (
+    "was killed by signal SIGKILL during this case: the memory this grading runs in ran out",
+    f"was killed by signal SIGKILL during this case: your code's processes held more than {2 * LIMIT_MB + SERVER_MB}",
+)
 
 
 @pytest.mark.parametrize(
@@ -303,6 +308,7 @@ KILLED = "was killed by signal SIGKILL during this case: the memory this grading
         pytest.param(False, "bubblewrap", COUNTED, id="counted-bubblewrap", marks=needs_bubblewrap),
         pytest.param(False, "fallback", COUNTED, id="counted-fallback"),
         pytest.param(True, "fallback", KILLED, id="shared-fallback"),  # past RLIMIT_DATA: the OOM killer's
+        pytest.param(True, "bubblewrap", KILLED, id="shared-bubblewrap", marks=needs_bubblewrap),
     ],
 )
 def test_a_hungry_submission_loses_its_problem_and_the_grader_finishes(
@@ -330,5 +336,38 @@ def test_a_hungry_submission_loses_its_problem_and_the_grader_finishes(
     softmax = [t for t in tests if t["name"].startswith("test_softmax")]
     attention = [t for t in tests if "attention" in t["name"]]
     assert softmax and all(t["score"] == t["max_score"] for t in softmax), softmax
-    assert attention and all(t["score"] == 0 and verdict in t["output"] for t in attention), attention[0]
+    verdicts = verdict if isinstance(verdict, tuple) else (verdict,)
+    lost = [t["score"] == 0 and any(v in t["output"] for v in verdicts) for t in attention]
+    assert attention and all(lost), attention[0]
     assert f"the code's memory limit is {LIMIT_MB} MiB" in done.stderr
+
+
+# ---------------------------------------------------------------- shared memory, in either sandbox
+
+
+@pytest.mark.parametrize(
+    ("sandbox", "cgroup"),
+    [
+        pytest.param("bubblewrap", True, id="bubblewrap-its-own-cgroup", marks=needs_bubblewrap),
+        pytest.param("bubblewrap", False, id="bubblewrap-no-cgroup", marks=needs_bubblewrap),
+        pytest.param("fallback", False, id="fallback-no-cgroup"),
+    ],
+)
+def test_shared_memory_past_the_limit_loses_its_case_in_either_sandbox(tmp_path: Path, sandbox: str, cgroup: bool):
+    """1.5 GiB of shared anonymous, memfd or /dev/zero memory in each 4-d attention case under a 256 MiB limit,
+    which RLIMIT_DATA does not count (a submission held 5.6 GiB under a 4 GiB limit with bubblewrap too): in the
+    worker's job cgroup the OOM killer ends the case's process at its limit; without one, seccomp refuses shared
+    anonymous memory and memfd_create, and /dev/zero cannot be opened in the job's own mount namespace (or written,
+    under Landlock). Those cases are lost, the rest scored, and the grader finishes."""
+    if cgroup and (why := memory_cgroup_problem()):
+        pytest.skip(why)
+    released = ("softmax", "scaled_dot_product_attention")  # on a loaded machine the OOM killer takes its time
+    limits = Limits(memory_mb=256, tmp_mb=64, case_seconds=60, released=released)
+    with Worker(sandbox, limits, cgroup=cgroup) as worker:
+        result = grade(Assignment.find(ROOT), maps_shared_memory(tmp_path), torch.device("cpu"), worker=worker)
+    mapped = [t for t in result.tests if "4d" in t.case.id]  # the cases whose Q has 4 dimensions
+    verdict = f"held more than {256 + 64 + SERVER_MB} MiB of memory" if cgroup else "PermissionError"
+    assert mapped and all(not t.passed and verdict in t.output for t in mapped), [t.output for t in mapped]
+    assert all(t.passed for t in result.tests if t not in mapped), [t.output for t in result.tests if not t.passed]
+    said = " ".join(result.notes)
+    assert ("in a memory cgroup of its own" in said) == cgroup, said

@@ -22,7 +22,7 @@ import yaml
 
 from .adversarial import STUDENTS, judge
 from .lab import images, platforms
-from .lab.submissions import RELEASED, SUBMISSIONS, hidden_lines, solution_lines
+from .lab.submissions import CONFINED, RELEASED, SUBMISSIONS, hidden_lines, solution_lines
 from .submissions import ROOT
 from .test_platforms import SECRET, reporter_reads
 
@@ -102,6 +102,16 @@ def prairielearn_jobs(prairielearn_image, prairielearn_course, tmp_path_factory)
     }
     record("prairielearn", done)
     return done
+
+
+@pytest.fixture(scope="module")
+def prairielearn_confined(prairielearn_image, prairielearn_course, tmp_path_factory) -> platforms.Job:
+    """The confine submission's PrairieLearn job, under the lab's init and listener (platforms.WATCH)."""
+    tmp = tmp_path_factory.mktemp("lab-prairielearn-confine")
+    course, source = prairielearn_course, CONFINED["confine"]
+    job = platforms.prairielearn(prairielearn_image, course, source, tmp, RELEASED, watch=True)
+    record("prairielearn-confine", {"confine": job})
+    return job
 
 
 @pytest.fixture(scope="module")
@@ -405,7 +415,10 @@ def kubernetes_job(tmp_path_factory, built) -> platforms.Job:
     job_yaml = yaml.safe_load((ROOT / "docs/cluster/grade-job.yaml").read_text())
     command = job_yaml["spec"]["template"]["spec"]["containers"][0]["command"]
     assert command[:2] == ["sh", "-c"], command
-    done = platforms.kubernetes(image, command[2], SUBMISSIONS, tmp / "job", RELEASED)  # only the spy is held
+    # the confine submission twice: what one grading keeps (System V objects) is for the next to find; every
+    # problem released (the spy's walk and the confine submission's ctypes are held), as staff who read them would
+    sources = {**SUBMISSIONS, **CONFINED, "confine-again": CONFINED["confine"]}
+    done = platforms.kubernetes(image, command[2], sources, tmp / "job", RELEASED)
     record("kubernetes", {"all four, one pod": done})
     return done
 
@@ -418,6 +431,57 @@ def test_kubernetes_grades_every_submission_in_the_recipes_pod(kubernetes_job):
     assert sum(t["score"] for t in reference["tests"]) == pytest.approx(6.0)
     spy = kubernetes_job.text() + "\n".join(d.decode("utf-8", "replace") for d in kubernetes_job.drop.values())
     assert not [line for line in solution_lines() + hidden_lines() if line in spy]
+
+
+# ---------------------------------------------------------------- what the fallback confines (issue 41)
+
+CONFINEMENT_SAID = ("no network: sockets other than Unix ones refused (seccomp)", "no System V IPC (seccomp)")
+MEMORY_SAID = ("in a memory cgroup of its own", "counting all of the job's memory (a memory cgroup of its own) needs")
+
+
+def confinement_held(tests: list[dict], text: str) -> None:
+    """The confine submission's tests as a platform's reader gives them, and what the student reads: softmax full
+    (nothing reached the listener, no System V object a grading before kept was found), the public cases whose Q
+    has 4 dimensions lost to their shared memory (refused, or ended at the job cgroup's limit), the other attention
+    cases passed, and the notes say what confined the job and what the container could not give."""
+    score = {t["name"]: t.get("points", t.get("score")) for t in tests}
+    most = {t["name"]: t.get("max_points", t.get("max_score")) for t in tests}
+    said = {t["name"]: t.get("message", "") + t.get("output", "") for t in tests}
+    softmax = [name for name in score if problem_of(name) == "softmax"]
+    assert softmax and all(score[n] == most[n] for n in softmax), {n: said[n][:500] for n in softmax}
+    public = [name for name in score if problem_of(name) != "softmax" and "hidden" not in name]
+    mapped = [name for name in public if "4d" in name]
+    lost = ("PermissionError", "held more than")
+    assert mapped and all(score[n] == 0 and any(w in said[n] for w in lost) for n in mapped), [said[n] for n in mapped]
+    assert all(score[n] == most[n] for n in public if n not in mapped), [said[n] for n in public if n not in mapped]
+    said_all = text.lower()  # a note read as a sentence starts with a capital
+    assert all(note.lower() in said_all for note in CONFINEMENT_SAID), text[:3000]
+    assert any(note.lower() in said_all for note in MEMORY_SAID), text[:3000]
+
+
+@lab_group("prairielearn")
+def test_prairielearns_container_confines_the_job(prairielearn_confined):
+    """Where namespaces are refused (PrairieLearn's container): the job reaches no listener on 127.0.0.1, leaves no
+    System V object, no zombie under a container's init that never reaps, and loses the cases whose shared memory
+    goes past its limit, while the grader finishes (exit 0, results the grader host reads)."""
+    job = prairielearn_confined
+    watch = platforms.watch_of(job)
+    assert watch == {"received": [], "zombies": [], "ipc": []}, watch
+    confinement_held(prairielearn_reads(job)["tests"], job.text())
+
+
+@lab_group("kubernetes")
+def test_the_kubernetes_pod_confines_each_job(kubernetes_job):
+    """The same in the cluster recipe's pod, two confine submissions among the others graded by two workers: the
+    later finds nothing the earlier kept, and nothing is left after the batch."""
+    assert kubernetes_job.status == 0, kubernetes_job.log[-3000:]
+    watch = platforms.watch_of(kubernetes_job)
+    assert watch == {"received": [], "zombies": [], "ipc": []}, watch
+    found = kubernetes_job.files.items()
+    confined = {name: json.loads(data) for name, data in found if "confine" in name and name.endswith(".json")}
+    assert len(confined) == 2, sorted(kubernetes_job.files)
+    for data in confined.values():
+        confinement_held(data["tests"], json.dumps(data))
 
 
 @lab_group("github-actions")

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .images import PODMAN, SYSTEM_CERTS, ULIMITS, digest, host_cas
-from .submissions import ENV_SECRET, LAB_DROP, ROOT_ONLY
+from .submissions import ENV_SECRET, LAB_DROP, LAB_PORT, ROOT_ONLY
 
 PEAK = "/lab-meter/peak"
 # after the platform's command: the container's peak memory, where only root (the lab) can write it
@@ -41,6 +41,55 @@ METER = (
 PRAIRIELEARN = ["--network=none", "--memory", "2g", "--memory-swap", "4g", "--cpus", "0.9", "--pids-limit", "1024"]
 GRADESCOPE = ["--network=none", "--memory", "768m", "--memory-swap", "768m", "--cpus", "0.5"]
 KUBERNETES = ["--network=none", "--cpus", "2", "--memory", "10g"]  # the recipe's requests
+
+# Around the platform's command (issue 41), with the image's own python3: a container's init that adopts orphans
+# and never reaps them (a child subreaper that waits for its one child alone), and the lab's listener on
+# 127.0.0.1:LAB_PORT (TCP and UDP), as root; after the command, what reached the listener, the zombies left under
+# it and every System V IPC object left in the container, on one line of the log ("LAB-WATCH {...}").
+WATCH = f"""
+import ctypes, json, os, socket, subprocess, sys, threading
+
+ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)
+received = []
+tcp, udp = socket.socket(), socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+tcp.bind(("127.0.0.1", {LAB_PORT}))
+tcp.listen()
+udp.bind(("127.0.0.1", {LAB_PORT}))
+
+
+def serve(receive, kind):
+    while True:
+        receive()
+        received.append(kind)
+
+
+threading.Thread(target=serve, args=(tcp.accept, "tcp"), daemon=True).start()
+threading.Thread(target=serve, args=(lambda: udp.recv(64), "udp"), daemon=True).start()
+status = subprocess.run(sys.argv[1:]).returncode
+zombies = []
+for entry in filter(str.isdigit, os.listdir("/proc")):
+    try:
+        stat = open(f"/proc/{{entry}}/stat").read()
+    except OSError:
+        continue
+    if stat[stat.rindex(")") + 2 :].split()[:2] == ["Z", str(os.getpid())]:
+        zombies.append(int(entry))
+ipc = [row for table in ("shm", "msg", "sem") for row in open(f"/proc/sysvipc/{{table}}").read().splitlines()[1:]]
+print("LAB-WATCH", json.dumps({{"received": received, "zombies": zombies, "ipc": ipc}}), flush=True)
+sys.exit(status)
+"""
+
+
+def watched(command: list[str]) -> list[str]:
+    """The platform's command under the lab's init and listener (WATCH)."""
+    return ["python3", "-c", WATCH, *command]
+
+
+def watch_of(job: Job) -> dict:
+    """What WATCH saw: {"received": [...], "zombies": [...], "ipc": [...]}."""
+    line = next((line for line in job.log.splitlines() if line.startswith("LAB-WATCH ")), None)
+    assert line is not None, f"the lab's watch said nothing:\n{job.log[-3000:]}"
+    return json.loads(line.removeprefix("LAB-WATCH "))
 
 
 @dataclass
@@ -123,9 +172,17 @@ def executable(root: Path) -> None:
         path.chmod(path.stat().st_mode | 0o111)
 
 
-def prairielearn(image: str, course: Path, source: str, tmp: Path, env: dict[str, str] | None = None) -> Job:
+def prairielearn(
+    image: str,
+    course: Path,
+    source: str,
+    tmp: Path,
+    env: dict[str, str] | None = None,
+    watch: bool = False,
+) -> Job:
     """One PrairieLearn job: `course` is what `cs-basics autograder --platform prairielearn` wrote; `env` what the
-    staff set in the question's image (CS_BASICS_RELEASE)."""
+    staff set in the question's image (CS_BASICS_RELEASE); `watch`: its entrypoint under the lab's init and
+    listener (WATCH)."""
     info = json.loads(next((course / "questions").glob("*/info.json")).read_text())
     options = info["externalGradingOptions"]
     grade = tmp / "grade"
@@ -141,7 +198,7 @@ def prairielearn(image: str, course: Path, source: str, tmp: Path, env: dict[str
     executable(grade)
     job = run(
         image,
-        [options["entrypoint"]],
+        watched([options["entrypoint"]]) if watch else [options["entrypoint"]],
         tmp,
         limits=PRAIRIELEARN,
         mounts={grade: "/grade"},
@@ -202,7 +259,8 @@ def prairielearn_batch(image: str, course: Path, folders: dict[str, Path], tmp: 
 
 
 def kubernetes(image: str, command: str, sources: dict[str, str], tmp: Path, env: dict[str, str] | None = None) -> Job:
-    """The recipe's shard (1 of 1): every submission in one pod, /data/submissions/<name>/functional.py."""
+    """The recipe's shard (1 of 1): every submission in one pod, /data/submissions/<name>/functional.py, under
+    the lab's init and listener (WATCH)."""
     data = tmp / "data"
     for name, source in sources.items():
         (data / "submissions" / name).mkdir(parents=True)
@@ -210,7 +268,7 @@ def kubernetes(image: str, command: str, sources: dict[str, str], tmp: Path, env
     (data / "results").mkdir()
     job = run(
         image,
-        ["sh", "-c", command],
+        watched(["sh", "-c", command]),
         tmp,
         limits=KUBERNETES,
         mounts={data: "/data"},

@@ -9,6 +9,12 @@
 - `forged`: staff_tests/test_platforms.py's HOSTILE text (forged JSON, XML, workflow commands, a NUL, escapes)
   and a lone surrogate, NUL and control characters in its attention's messages: graded as any other.
 - `hungry`: keeps 300 MB per call of its attention: that problem lost, softmax scored.
+- `confine` (CONFINED, in PrairieLearn's container and the Kubernetes pod, issue 41): at import it sends to the lab's
+  listener on 127.0.0.1 (TCP and UDP, LAB_PORT), reads a System V segment and message queue a grading before kept
+  and keeps its own for the next, and leaves a double-forked daemon; its attention maps shared anonymous, memfd and
+  /dev/zero memory past its limit in each case whose Q has 4 dimensions; its softmax fails if anything was reached.
+  It calls System V through ctypes, which holds its problems for the staff's review: the lab grades it released
+  (RELEASED), as the staff would once they read it.
 
 The spy's reading (`os.walk`, `os.listdir`) is no name the course allows: the scan holds both problems before any
 of its code runs. Its jobs release them (CS_BASICS_RELEASE, as staff who read it would), so that its code runs
@@ -19,7 +25,7 @@ from __future__ import annotations
 
 import re
 
-from ..submissions import ROOT
+from ..submissions import DAEMON, ROOT, SHARED_MEMORY, SYSTEM_V, wrap_attention
 from ..test_platforms import HOSTILE
 
 RELEASED = {"CS_BASICS_RELEASE": "softmax,scaled_dot_product_attention"}  # for the spy's jobs
@@ -126,12 +132,43 @@ def scaled_dot_product_attention(Q, K, V, mask=None):
     return _honest_attention(Q, K, V, mask)
 """
 
+LAB_PORT = 48151  # the lab's listener (staff_tests/lab/platforms.py WATCH), on 127.0.0.1 in the container
+LAB_IPC_KEY = 0x4C4142  # the System V key the confine submission keeps its segment under (+ 1: its queue)
+
+CONFINE = f"""
+import socket as _socket
+
+{SYSTEM_V.format(key=LAB_IPC_KEY)}
+for _kind in (_socket.SOCK_STREAM, _socket.SOCK_DGRAM):  # the lab's listener, on this machine's loopback
+    try:
+        with _socket.socket(_socket.AF_INET, _kind) as _sock:
+            _sock.settimeout(3)
+            _sock.connect(("127.0.0.1", {LAB_PORT}))
+            _sock.sendall(b"the hidden inputs")
+        _found.append(f"socket {{_kind}}")
+    except OSError:
+        pass
+{DAEMON}
+_confined_softmax = softmax
+
+
+def softmax(in_features, dim):
+    if _found:
+        raise RuntimeError(f"reached {{_found}}")
+    return _confined_softmax(in_features, dim)
+
+"""
+
 SUBMISSIONS = {
     "reference": REFERENCE,
     "spy": HONEST + SPY,
     "forged": REFERENCE + FORGED,
     "hungry": HONEST + HUNGRY,
 }
+
+
+# past the job's limit on every platform (PrairieLearn's 1,368 MiB, the cluster recipe's 4,610 MiB per worker)
+CONFINED = {"confine": HONEST + CONFINE + "\n" + wrap_attention(SHARED_MEMORY.format(mb=5120))}
 
 
 def solution_lines() -> list[str]:

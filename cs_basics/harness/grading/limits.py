@@ -119,4 +119,7 @@ def killed_for_memory(kills_before: int | None) -> str:
     kills = oom_kills()
     if kills_before is None or kills is None or kills <= kills_before:
         return ""
-    return ": the memory this grading runs in ran out (the kernel's OOM killer ended it)"
+    return RAN_OUT
+
+
+RAN_OUT = ": the memory this grading runs in ran out (the kernel's OOM killer ended it)"

@@ -1,9 +1,11 @@
-"""What a job without namespaces of its own leaves in the shared temporary folders: measured while it runs
-(`Hoard`), removed after it."""
+"""What a job without namespaces of its own leaves behind: files in the shared temporary folders, measured while
+it runs (`Hoard`) and removed after it; System V IPC objects of its uid, removed after it; and its processes'
+zombies, which the grader inherits as their subreaper and reaps."""
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import shutil
 import stat
@@ -71,3 +73,59 @@ class Hoard:
         held = sum(found.st_blocks * 512 for _, found in owned_by(self.uid, self.folders))
         self.due = start + max(1.0, 5 * (time.monotonic() - start))
         return held > self.limit
+
+
+# /proc/sysvipc's tables: (file, the column of its id, the call that removes one: shmctl, msgctl, semctl)
+SYSV_TABLES = (("shm", "shmid", "shmctl"), ("msg", "msqid", "msgctl"), ("sem", "semid", "semctl"))
+IPC_RMID = 0
+
+
+def ipc_objects(uid: int) -> list[tuple[str, int]]:
+    """The System V IPC objects (its table, its id) that `uid` owns or made, in this IPC namespace."""
+    found = []
+    for table, id_column, _ in SYSV_TABLES:
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            header, *rows = Path(f"/proc/sysvipc/{table}").read_text().splitlines()
+            columns = header.split()
+            for row in rows:
+                fields = dict(zip(columns, row.split(), strict=False))
+                if str(uid) in (fields.get("uid"), fields.get("cuid")):
+                    found.append((table, int(fields[id_column])))
+    return found
+
+
+def remove_ipc(uid: int) -> list[tuple[str, int]]:
+    """Every System V IPC object of `uid` removed (a job's process refuses to make them: confine.py; without an IPC
+    namespace of the job's own, one made all the same would outlive it, for the next grading to read); what is
+    left (a segment still attached is removed once its last process ends)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    remove = {table: getattr(libc, call) for table, _, call in SYSV_TABLES}
+    for table, ipc_id in ipc_objects(uid):
+        if table == "sem":
+            remove[table](ipc_id, 0, IPC_RMID)
+        else:
+            remove[table](ipc_id, IPC_RMID, None)
+    return ipc_objects(uid)
+
+
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def become_subreaper() -> bool:
+    """This process adopts the orphans of what it starts (the job processes left when a grading server ends), in
+    place of the container's init, which may never reap them: `reap_orphans` does. Linux only."""
+    with contextlib.suppress(OSError, AttributeError):
+        return ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    return False
+
+
+def reap_orphans(uid: int) -> int:
+    """Reap this process's children that have ended and ran as `uid`: a job's orphans it adopted (what it starts as
+    that uid itself, `kill_uid`'s killers, the worker's thread has waited for before it calls this); how many."""
+    me, reaped = str(os.getpid()), 0
+    for entry in Path("/proc").iterdir():
+        with contextlib.suppress(OSError, IndexError, ValueError, ChildProcessError):
+            state, parent = entry.joinpath("stat").read_text().rsplit(")", 1)[1].split()[:2]
+            if parent == me and state == "Z" and entry.stat().st_uid == uid:
+                reaped += os.waitpid(int(entry.name), os.WNOHANG)[0] != 0
+    return reaped

@@ -49,7 +49,7 @@ def run_once(worker: Worker, job: dict, cases: list[str], state: RunState) -> tu
     Every line the child sends is checked against the protocol first (protocol.py): one that breaks it costs
     the problem it is charged to and is not acted on."""
     limits = worker.limits
-    kills = oom_kills()
+    kills, job_kills = oom_kills(), worker.oom_kills()
     groups = [group for _, group in child_module().cases_by_rule(job | {"cases": cases})]  # the child's order
     protocol = Protocol(groups)
     if worker.spawns:  # a fresh Python per group has no way to wait for its inputs: they are written first
@@ -113,7 +113,8 @@ def run_once(worker: Worker, job: dict, cases: list[str], state: RunState) -> tu
             state.halt(remaining, why)
             return [], False
         if remaining and current is not None:  # the channel closed mid-case: the interpreter died
-            why = f"the Python process running your code {attempt.how} during this case{killed_for_memory(kills)}"
+            memory = worker.killed_for_memory(job_kills) or killed_for_memory(kills)  # its limit, else the machine's
+            why = f"the Python process running your code {attempt.how} during this case{memory}"
             state.fail([current], why)
             state.cut_off(current, attempt.how)
             remaining.remove(current)

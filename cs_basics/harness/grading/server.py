@@ -27,7 +27,7 @@ from cs_basics.harness.grading.stopping import StaffError
 
 HERE = Path(__file__).resolve().parent
 
-SERVER_FILES = ("zygote.py", "child.py", "spawned.py")  # spawned.py: the child where there is no fork server
+SERVER_FILES = ("zygote.py", "child.py", "confine.py", "spawned.py")  # spawned.py: where there is no fork server
 
 PASSED_ENV = ("CUDA_", "NVIDIA_", "LD_LIBRARY_PATH", "OMP_NUM_THREADS", "MKL_", "ATEN_CPU_CAPABILITY")
 
@@ -37,16 +37,19 @@ PASSED_ENV += ("SYSTEMROOT", "WINDIR")  # Windows: a Python without them cannot 
 class Server:
     """The grader's end of one grading server (zygote.py)."""
 
-    def __init__(self, sandbox: str, root: Path, limits: Limits):
+    def __init__(self, sandbox: str, root: Path, limits: Limits, cgroup_procs: int | None = None):
+        """`cgroup_procs`: the worker's job cgroup's cgroup.procs, opened for writing, which each job's child joins."""
         self.sandbox, self.root, self.limits = sandbox, root, limits
         tool = install_tool(root)
         self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         command = [sys.executable, "-I", "-X", "utf8", str(tool / "zygote.py"), str(theirs.fileno())]
+        passed = (theirs.fileno(),) if cgroup_procs is None else (theirs.fileno(), cgroup_procs)
+        command += [] if cgroup_procs is None else [str(cgroup_procs)]
         with self.sandboxed(command) as sandboxed:
             self.process = subprocess.Popen(
                 sandboxed.args,
                 stdin=subprocess.DEVNULL,
-                pass_fds=(theirs.fileno(), *sandboxed.fds),
+                pass_fds=(*passed, *sandboxed.fds),
                 cwd=root,
                 env=server_env(root),
                 start_new_session=True,

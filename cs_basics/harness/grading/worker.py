@@ -12,9 +12,18 @@ from typing import TYPE_CHECKING
 
 from cs_basics.harness.grading.attempts import Attempt, ChildLog, SpawnedAttempt
 from cs_basics.harness.grading.bubblewrap import SANDBOX_ENV, bubblewrap_runs, choose_sandbox
+from cs_basics.harness.grading.confine import CALLS
+from cs_basics.harness.grading.jobcgroup import JobCgroup, job_memory_mb, make_job_cgroup
 from cs_basics.harness.grading.leases import kill_uid, lease_uid, processes_of
 from cs_basics.harness.grading.limits import Limits
-from cs_basics.harness.grading.litter import Hoard, remove_litter, remove_tree
+from cs_basics.harness.grading.litter import (
+    Hoard,
+    become_subreaper,
+    reap_orphans,
+    remove_ipc,
+    remove_litter,
+    remove_tree,
+)
 from cs_basics.harness.grading.server import Server, install_tool
 from cs_basics.harness.grading.stopping import StaffError
 from cs_basics.harness.portable import fork_server_runs, is_root, skipped, unix_module
@@ -22,6 +31,12 @@ from cs_basics.harness.rule.scanprocess import Scanner
 
 if TYPE_CHECKING:
     from cs_basics.harness.grading.staging import Overlay
+
+
+def seccomp_known() -> bool:
+    """Whether confine.py knows this machine's system calls (else no seccomp refuses the job anything)."""
+    return os.uname().machine in CALLS
+
 
 # installed libraries the grading server loads only once a job's code names one (speed only): einx's torch
 # backend imports torch._dynamo, as long to import as torch itself, and most submissions never use einx
@@ -38,13 +53,23 @@ class Worker:
     """A grading server and a uid of its own (leased for the worker's life, so that no other grader on the
     machine takes it), reused for one submission after another."""
 
-    def __init__(self, sandbox: str | None = None, limits: Limits | None = None, namespaces: bool = True):
+    def __init__(
+        self, sandbox: str | None = None, limits: Limits | None = None, namespaces: bool = True, cgroup: bool = True
+    ):
         self.sandbox = choose_sandbox(sandbox)
         self.asked = sandbox or os.environ.get(SANDBOX_ENV)  # the sandbox named (else bubblewrap where it runs)
         self.namespaces = namespaces  # False: as where the kernel refuses them (for tests of that case)
         self.limits = limits or Limits()
         self.spawns = not fork_server_runs()  # Windows, macOS: a fresh Python per attempt (SpawnedAttempt)
         self.uid, self.lease = lease_uid() if is_root() and not self.spawns else (None, None)
+        if self.uid is not None:  # a job's orphans come to the grader, not to a container's init that never reaps
+            become_subreaper()
+        # its jobs' memory counted whatever the mapping; else why not (False: as where none can be made, for tests)
+        self.cgroup: JobCgroup | str | None = None
+        if self.limits.memory_mb and not self.spawns:
+            made = make_job_cgroup(job_memory_mb(self.limits)) if cgroup else "none was asked for"
+            self.cgroup = made
+        self.cgroup_procs = self.cgroup.procs() if isinstance(self.cgroup, JobCgroup) else None
         self.root = Path(tempfile.mkdtemp(prefix="cs-basics-grade-"))
         self.root.chmod(0o711)  # the job's uid passes through to its own folder
         if self.spawns:
@@ -93,15 +118,50 @@ class Worker:
             alone += f"; Landlock (ABI {self.landlock}) confines its files to the Python environment and its folder"
         elif not self.isolated and not self.spawns:
             alone += "; no Landlock here: its files are confined only by its uid's permissions"
-        return f"graded in {where}, as {who}, with {alone}"
+        return f"graded in {where}, as {who}, with {alone}{self.confinement()}"
+
+    def confinement(self) -> str:
+        """What confines the job besides its files and uid (confine.py, jobcgroup.py), for `describe`."""
+        if self.spawns:
+            return ""
+        said = ""
+        if not self.isolated and seccomp_known():
+            tcp = f", and TCP by Landlock's rules (ABI {self.landlock})" if self.landlock >= 4 else ""
+            said += f"; no network: sockets other than Unix ones refused (seccomp){tcp}"
+        if seccomp_known():
+            said += "; no System V IPC (seccomp)"
+        if isinstance(self.cgroup, JobCgroup):
+            limit = self.cgroup.limit_mb
+            said += f"; its memory counted whatever the mapping, in a memory cgroup of its own ({limit} MiB)"
+        elif self.cgroup is not None and seccomp_known():
+            said += "; shared anonymous memory and memfd_create refused (seccomp), as no memory cgroup counts them"
+        return said
 
     def skipped(self) -> list[str]:
         """The defences this machine cannot give the job (a sentence each, for the grade's notes)."""
         if not self.spawns:
-            return []
+            return self.confinement_skipped()
         notes = [skipped("isolating the code (a uid of its own, namespaces, seccomp)", "Linux", "it runs as you")]
         if unix_module("resource") is None:
             notes.append(skipped("limiting the memory and file size of the code's process", "Unix"))
+        return notes
+
+    def confinement_skipped(self) -> list[str]:
+        """What of the fallback's confinement the kernel or the machine could not give (confine.py, jobcgroup.py)."""
+        notes = []
+        if not seccomp_known():
+            what = "refusing the job's process the network, System V IPC and memory RLIMIT_DATA does not count"
+            notes.append(skipped(what, "x86_64 or aarch64", f"({os.uname().machine}) it may use them"))
+        if isinstance(self.cgroup, str):
+            what, counted = "counting all of the job's memory (a memory cgroup of its own)", "the cgroup's"
+            instead = f"{self.cgroup}: shared anonymous memory and memfd_create are refused instead"
+            if not self.isolated and not self.landlock:
+                instead += ", and /dev/zero mapped shared is not counted"
+            notes.append(skipped(what, f"a cgroup the grader may make ({counted} filesystem writable)", instead))
+        if not self.isolated and self.landlock < 6:
+            what = "keeping the job from abstract Unix sockets made outside it (another job's, the machine's)"
+            instead = f"(Landlock ABI {self.landlock}) it may reach them"
+            notes.append(skipped(what, "Landlock ABI 6 (Linux 6.12)", instead))
         return notes
 
     def attempt(self, job: dict, log: ChildLog) -> Attempt | SpawnedAttempt:
@@ -141,14 +201,14 @@ class Worker:
         """Start the grading server now, without waiting for it (it imports torch while the grader goes on).
         Where there is no fork server (Windows, macOS), each attempt starts its own Python instead: nothing to start."""
         if self.server is None and not self.spawns:
-            self.server = Server(self.sandbox, self.root, self.limits)
+            self.server = Server(self.sandbox, self.root, self.limits, self.cgroup_procs)
         return self
 
     def ensure_server(self) -> Server:
         if self.server is None or self.server.process.poll() is not None:
             if self.server is not None:
                 self.server.close()
-            self.server = Server(self.sandbox, self.root, self.limits)
+            self.server = Server(self.sandbox, self.root, self.limits, self.cgroup_procs)
         return self.server.ready()
 
     def end_processes(self, wait: bool = True) -> None:
@@ -157,6 +217,7 @@ class Worker:
         for it to say so unless a job's attempt is still listening to it."""
         if self.uid is not None:
             self.none_left = kill_uid(self.uid)
+            self.after_kill()
         elif self.server is not None:
             sweep = self.next_id()
             with contextlib.suppress(OSError):
@@ -167,6 +228,20 @@ class Worker:
                     if message is None or message.get("gone") or message.get("swept") == sweep:
                         self.swept_left = int((message or {}).get("left", 0) or 0)
                         break
+
+    def after_kill(self) -> None:
+        """Once no process of the uid is left: what the job left beside its files (System V objects, which outlive
+        it without an IPC namespace of its own; the zombies of its orphans, which the grader adopts) gone."""
+        reap_orphans(self.uid)
+        remove_ipc(self.uid)
+
+    def oom_kills(self) -> tuple[int, int] | None:
+        """The OOM kills in the worker's job cgroup and the times its limit was reached; None where there is none."""
+        return self.cgroup.oom_kills() if isinstance(self.cgroup, JobCgroup) else None
+
+    def killed_for_memory(self, before: tuple[int, int] | None) -> str:
+        """What to add to the sentence of a job that died during a case, where its cgroup's limit ended it."""
+        return self.cgroup.killed(before) if isinstance(self.cgroup, JobCgroup) else ""
 
     def end_job(self, job_id: int) -> None:
         """Every process of the job, gone."""
@@ -208,6 +283,12 @@ class Worker:
             self.server = None
         if self.uid is not None:
             kill_uid(self.uid)
+            self.after_kill()
+        if self.cgroup_procs is not None:
+            os.close(self.cgroup_procs)
+            self.cgroup_procs = None
+        if isinstance(self.cgroup, JobCgroup):
+            self.cgroup.remove()
         if self.lease is not None:  # only once nothing of its jobs is left: the next holder starts clean
             self.lease.close()
             self.lease = None

@@ -48,6 +48,8 @@ STASH = "/dev/shm"  # mounted over first, to hold what the other mounts must kee
 SCRATCH_FOLDERS = {"/tmp": "tmp", "/var/tmp": "var-tmp", "/dev/shm": "shm"}  # one bounded tmpfs holds them all
 SCRATCH_INODES = 1 << 16  # files the job may make in it: each costs kernel memory that its size does not count
 CHILD = []  # child.py, loaded once by the server (its folder is out of a job's view)
+CONFINE = []  # confine.py: the network, System V IPC and uncounted memory refused (see run_child)
+JOB_CGROUP: list[int | None] = [None]  # the worker's job cgroup's cgroup.procs, opened by the grader (argv[2])
 WAKE = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)  # the server's wake-up pipe (see Server.serve); a job closes it
 OWN_PROC = [True]  # whether a job with namespaces mounts a /proc of its own (see namespaces_allowed)
 KEEPER = next((p for p in ("/usr/bin/cat", "/bin/cat") if os.access(p, os.X_OK)), None)  # see start_keeper
@@ -285,8 +287,15 @@ READ = FS_EXECUTE | FS_READ_FILE | FS_READ_DIR
 SYSTEM_FOLDERS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/proc", "/sys", "/nix/store")
 
 
-class RulesetAttr(ctypes.Structure):
-    _fields_ = [("handled_access_fs", ctypes.c_uint64)]
+FILE_RIGHTS = FS_EXECUTE | FS_WRITE_FILE | FS_READ_FILE | FS_TRUNCATE | FS_IOCTL_DEV  # what a rule on a file may hold
+# ABI 4: TCP's bind and connect handled, and no port allowed (confine.py refuses every other family besides);
+# ABI 6: no abstract Unix socket made outside the job's domain reached, no process outside it signalled
+NET_BIND_TCP, NET_CONNECT_TCP, SCOPE_ABSTRACT_UNIX_SOCKET, SCOPE_SIGNAL = 1, 2, 1, 2
+
+
+class RulesetAttr(ctypes.Structure):  # a kernel of an older ABI takes it whole while the fields it lacks are 0
+    _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64),
+                ("scoped", ctypes.c_uint64)]  # fmt: skip
 
 
 class PathBeneathAttr(ctypes.Structure):
@@ -311,8 +320,20 @@ def landlock_rules(job: dict, import_paths: list[str]) -> list[tuple[str, int]]:
     readable = visible([*SYSTEM_FOLDERS, *job["python"], *import_paths], job)
     folder, written = job["dir"], FS_ABI_1 | FS_REFER | FS_TRUNCATE
     rules = [(path, READ) for path in readable]
-    rules += [("/dev", READ | FS_WRITE_FILE | FS_TRUNCATE | FS_IOCTL_DEV), (folder, READ)]
+    rules += [*device_rules(), (folder, READ)]
     return [*rules, (f"{folder}/out", written), (f"{folder}/work", written)]
+
+
+def device_rules() -> list[tuple[str, int]]:
+    """/dev read (ioctls on its devices too), and each of its entries but /dev/zero written (/dev/null, a GPU's
+    devices): opened for writing, /dev/zero mapped shared is memory that RLIMIT_DATA does not count (confine.py).
+    A device made after the job started (the first CUDA start on the machine may make /dev/nvidia-uvm) is read
+    only for this job."""
+    rules = [("/dev", READ | FS_IOCTL_DEV)]
+    with contextlib.suppress(OSError), os.scandir("/dev") as entries:
+        written = READ | FS_WRITE_FILE | FS_TRUNCATE | FS_IOCTL_DEV
+        rules += [(e.path, written) for e in entries if e.name != "zero" and not e.is_symlink()]
+    return rules
 
 
 def landlock_ruleset(job: dict, import_paths: list[str], abi: int) -> int:
@@ -321,7 +342,8 @@ def landlock_ruleset(job: dict, import_paths: list[str], abi: int) -> int:
     known = FS_ABI_1 | (FS_REFER if abi >= 2 else 0) | (FS_TRUNCATE if abi >= 3 else 0)
     known |= FS_IOCTL_DEV if abi >= 5 else 0
     create, add, _ = LANDLOCK_CALLS[os.uname().machine]
-    attr = RulesetAttr(known)
+    network = NET_BIND_TCP | NET_CONNECT_TCP if abi >= 4 else 0
+    attr = RulesetAttr(known, network, SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL if abi >= 6 else 0)
     ruleset = libc.syscall(create, ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)), 0)
     _check(0 if ruleset >= 0 else -1, "landlock_create_ruleset")
     for path, access in landlock_rules(job, import_paths):
@@ -330,7 +352,7 @@ def landlock_ruleset(job: dict, import_paths: list[str], abi: int) -> int:
         except OSError:  # a folder this machine lacks (/lib32)
             continue
         try:
-            rule = PathBeneathAttr(access & known if os.path.isdir(path) else access & known & READ, fd)
+            rule = PathBeneathAttr(access & known if os.path.isdir(path) else access & known & FILE_RIGHTS, fd)
             _check(libc.syscall(add, ruleset, LANDLOCK_RULE_PATH_BENEATH, ctypes.byref(rule), 0), f"landlock {path}")
         finally:
             os.close(fd)
@@ -394,7 +416,12 @@ def run_child(job: dict, progress: int, output: int, go: int) -> None:
         os.dup2(output, 2)
         os.close(output)
         set_death_signal()
+        # the job's memory counted whatever the mapping: in the worker's job cgroup, else what it would not count
+        # is refused (confine.py), and before any fork, so that every process of the job is in it
+        refuse_shared_memory = not CONFINE[0].join_cgroup(JOB_CGROUP[0]) and bool(job["limits"].get("memory_mb"))
         isolated = os.getuid() == 0 and job.get("namespaces", True) and enter_namespaces(job)
+        if isolated and refuse_shared_memory:
+            CONFINE[0].seal_dev_zero()
         if isolated:  # this process stays outside the new PID namespace: its first child is the first inside
             kept = start_keeper(progress)
             if kept is None:  # a copy of this process as the first, which reaps orphans; the student's below it
@@ -419,6 +446,7 @@ def run_child(job: dict, progress: int, output: int, go: int) -> None:
         if ruleset is not None and job.get("uid") is not None:
             import_paths = reach_python(job, import_paths)
         become(job.get("uid"))
+        CHILD[0].install_filter(CONFINE[0].confinement_program(os.uname().machine, refuse_shared_memory))
         if ruleset is not None:
             confine(ruleset)
             os.environ["TMPDIR"] = f"{job['dir']}/work"  # the shared temporary folders are out of its reach
@@ -616,12 +644,16 @@ def children_of(pid: str) -> list[int]:
 
 def main() -> None:
     sock = socket.socket(fileno=int(sys.argv[1]))
+    if len(sys.argv) > 2:  # the worker's job cgroup: each job's child joins it (no program this server runs holds it)
+        JOB_CGROUP[0] = int(sys.argv[2])
+        os.set_inheritable(JOB_CGROUP[0], False)
     set_death_signal()  # the grader gone, so is this server (and, through theirs, every child)
     signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
     with contextlib.suppress(OSError):  # where memory runs out with no job left to end, this server goes (the
         Path("/proc/self/oom_score_adj").write_text("500")  # grader starts another), not the grader
     warm_up()
     CHILD.append(load("child"))
+    CONFINE.append(load("confine"))
     try:
         Server(sock).serve()
     except (OSError, ValueError) as err:
