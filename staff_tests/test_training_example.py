@@ -67,7 +67,7 @@ SLOW = (
 # ...and AdamW raises if building it would import torch._dynamo (20 s) in the case: the grader must have imported it
 NO_IMPORT_IN_THE_CASE = (
     "        super().__init__(params,",
-    "        import sys\n\n        if 'torch._dynamo' not in sys.modules:\n"
+    "        if '_dynamo' not in dir(torch):  # not yet imported (the rule holds a look at sys.modules)\n"
     "            raise RuntimeError('the case itself imports torch._dynamo')\n        super().__init__(params,",
 )
 
