@@ -290,7 +290,7 @@ class Seeded(Kind):
         same = all(_same(first[n], again[n]) for n in self.returns)
         answers: dict[str, Any] = {self.SAME: torch.tensor(float(same), dtype=torch.float64)}
         for words, holds in self.properties.items():
-            answers[words] = torch.tensor(float(holds(args, first)), dtype=torch.float64)
+            answers[words] = torch.tensor(share(holds, args, first), dtype=torch.float64)
         if self.counted is not None and self.distribution is not None:
             bins = len(self.distribution(args))
             counts = torch.zeros(bins + 1, dtype=torch.float64)
@@ -349,6 +349,16 @@ class Seeded(Kind):
             f"a right answer draws it {float(expected[worst]):.0f} times, give or take {tol.atol:.0f}",
             diagnose="counts",
         )
+
+
+def share(
+    holds: Callable[[dict[str, Any], dict[str, Any]], float], args: dict[str, Any], draw: dict[str, Any]
+) -> float:
+    """The share of the draw that holds a property; 0 where the draw is too odd to ask (a wrong shape, no tensor)."""
+    try:
+        return float(holds(args, draw))
+    except Exception:  # the course's property on the student's odd answer: it does not hold
+        return 0.0
 
 
 def _same(a: Any, b: Any) -> bool:
