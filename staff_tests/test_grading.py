@@ -69,6 +69,22 @@ def test_an_endless_loop_fails_that_case_only(assignment, tmp_path):
     assert "time limit of 10 s" in failed[0].output
 
 
+def test_a_problems_own_time_limit_is_honoured_and_the_others_keep_the_courses(assignment, tmp_path):
+    """Attention declares 2 s a case: its 3D causal case, 4 s long, runs over it; softmax keeps the course's 20 s,
+    so its dim-0 case passes although it takes 3 s (it would fail under attention's limit)."""
+    problems = dict(assignment.table["problems"])
+    problems[ATTENTION] = dict(problems[ATTENTION], case_seconds=2)
+    course = type(assignment)(assignment.root, dict(assignment.table, case_seconds=20, problems=problems))
+    slow = wrap_attention("import time\nif Q.shape == (2, 10, 16):\n    time.sleep(4)") + (
+        "\n_reference_softmax = softmax\n\n\ndef softmax(in_features, dim):\n"
+        "    import time\n    if dim == 0:\n        time.sleep(3)\n    return _reference_softmax(in_features, dim)\n"
+    )
+    result = run(course, submission(tmp_path, slow), case_seconds=60)
+    failed = [t for t in result.tests if not t.passed]
+    assert [t.case.id for t in failed] == ["scaled_dot_product_attention-causal_mask"], [t.output for t in failed]
+    assert failed[0].output.startswith("the case ran over its time limit of 2 s")
+
+
 def test_killing_its_own_interpreter_fails_that_case_only(assignment, tmp_path):
     kill = "import os, signal\nif Q.shape == (2, 10, 16):\n    os.kill(os.getpid(), signal.SIGKILL)"
     result = run(assignment, submission(tmp_path, wrap_attention(kill)))

@@ -616,3 +616,41 @@ def test_a_submission_path_that_does_not_exist_is_the_staffs_error_and_nothing_i
     assert main(args) == 2
     assert f"--submission {missing}: no such file or folder" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_case_stopped_for_time_says_so_on_every_platform(assignment):
+    """A hidden case's entry says only passed or failed on PrairieLearn and in JUnit, but a case the grader stopped at
+    its time limit (or left out after its problem's ran out of time) says so: the sentence is the grader's, and holds
+    no hidden data."""
+    hidden = [c for c in assignment.cases if c.hidden]
+    over, stuck, failed = hidden[0], hidden[1], hidden[2]
+    messages = {
+        over.id: "the case ran over its time limit of 20 s (an endless loop?)",
+        stuck.id: f"not run: your function did not return on cases {over.id} and {over.id}",
+        failed.id: f"{failed.id}: out: 3 of 12 elements differ",
+    }
+    tests = [
+        CaseResult(c, assignment.points[c.id], c.id not in messages, messages.get(c.id, "passed"))
+        for c in assignment.cases
+    ]
+    grade = Grade(tests, 1.0)
+    shown = {
+        t["name"]: t["message"]
+        for t in prairielearn_reads(WRITERS["prairielearn"].write_grade(grade, assignment).encode())["tests"]
+    }
+    assert shown[f"{over.test}[{over.param}]"] == "hidden case: failed: the case ran over its time limit of 20 s"
+    assert (
+        shown[f"{stuck.test}[{stuck.param}]"]
+        == f"hidden case: not run: your function did not return on cases {over.id} and {over.id}"
+    )
+    assert shown[f"{failed.test}[{failed.param}]"] == "hidden case: failed"  # its own message stays hidden
+    xml = WRITERS["junit"].write_grade(grade, assignment)
+    assert 'message="hidden case: failed: the case ran over its time limit of 20 s"' in xml
+    assert "3 of 12 elements differ" not in xml
+    course = type(assignment)(assignment.root, dict(assignment.table, hidden_summary="one_line"))
+    folded = prairielearn_reads(WRITERS["prairielearn"].write_grade(grade, course).encode())["tests"][-1]["message"]
+    over_time = "2 ran over the time limit (the case ran over its time limit of 20 s)"
+    assert folded == f"{len(hidden) - 3} of {len(hidden)} hidden cases passed; {over_time}"
+    written = json.loads(WRITERS["gradescope"].write_grade(grade, assignment))["tests"]
+    gradescope = {t["name"]: t["output"] for t in written}
+    assert gradescope[f"{over.test}[{over.param}]"].startswith("the case ran over its time limit of 20 s")

@@ -90,3 +90,73 @@ def test_points_and_rule_come_from_the_declaration_or_the_table_but_not_both(tmp
     object.__setattr__(adapter_twice, "cases", [case])
     with pytest.raises(ConfigError, match="give adapter in one of them"):  # dropped without a word before
         _ = adapter_twice.problems
+
+
+ADAPTERS = '''
+def get_adamw_cls():
+    """Your AdamW."""
+    return AdamW
+
+def get_sgd_cls():
+    return optimizer.SGD
+
+def run_gradient_clipping(parameters, max_l2_norm):
+    nn_utils.gradient_clipping(parameters, max_l2_norm)
+
+def run_get_lr_cosine_schedule(it, max_learning_rate):
+    return optimizer.schedule(
+        it=it,
+        max_learning_rate=max_learning_rate,
+    )
+
+def run_imported(x):
+    from cs_basics import functional
+    return functional.softmax(x, -1)
+
+def run_thick(x):
+    y = x.exp()
+    return y / y.sum()
+
+def run_arithmetic(x):
+    return x + 1
+
+def run_two_calls(parameters, max_l2_norm):
+    nn_utils.gradient_clipping(parameters, max_l2_norm)
+    nn_utils.gradient_clipping(parameters, max_l2_norm)
+'''
+
+
+def test_adapters_as_cs336_writes_them_pass_the_one_line_check(tmp_path):
+    """`return AdamW` (an adapter that returns a class), a call that returns nothing (in-place clipping), a keyword
+    call over several lines, an import before the call: each one line for the student's code. Code beside it is not."""
+    import importlib.util
+
+    (tmp_path / "cs336_adapters.py").write_text(ADAPTERS)
+    spec = importlib.util.spec_from_file_location("cs336_adapters", tmp_path / "cs336_adapters.py")
+    adapters = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(adapters)
+    one_line = ["get_adamw_cls", "get_sgd_cls", "run_gradient_clipping", "run_get_lr_cosine_schedule", "run_imported"]
+    assert thick_adapters(adapters, one_line) is None
+    for thick in ("run_thick", "run_arithmetic", "run_two_calls"):
+        assert f"{thick} holds more than the one line" in thick_adapters(adapters, [thick]), thick
+
+
+def test_a_time_limit_comes_from_the_problem_or_the_course_and_a_bad_one_is_named(tmp_path):
+    case = GATED.case("test_silu", "plain", 0, lambda seed: {"x": randn(seed, 3)})
+    other = Problem("other", points=1, calls={"run_other(x)": torch.exp}, tolerances=EXACT, case_seconds=45)
+    other_case = other.case("test_other", "plain", 0, lambda seed: {"x": randn(seed, 3)})
+
+    def course(table):
+        made = Assignment(tmp_path, table)
+        object.__setattr__(made, "cases", [case, other_case])
+        return made
+
+    assert course({}).case_seconds(case) is None and course({}).case_seconds(other_case) == 45
+    assert course({"case_seconds": 30}).case_seconds(case) == 30  # the course's, where the problem has none
+    assert course({"case_seconds": 30}).case_seconds(other_case) == 45  # the problem's own wins
+    table = {"problems": {"gated": {"case_seconds": 5}}}
+    assert course(table).case_seconds(case) == 5
+    with pytest.raises(ConfigError, match="give case_seconds in one of them"):
+        _ = course({"problems": {"other": {"case_seconds": 5}}}).problems
+    with pytest.raises(ConfigError, match=r"\[tool.cs-basics\] case_seconds = 'long': give a time limit in seconds"):
+        _ = course({"case_seconds": "long"}).problems

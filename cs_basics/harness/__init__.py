@@ -1,10 +1,10 @@
 """The harness, in four layers; each imports only the layers below it (`lint-imports` checks it).
 
 - `cs_basics.harness` (this folder's modules): an assignment's test library. Cases and their checks
-  (`cases`), comparison (`compare`), the fixture store and its generation (`fixtures`, `generate`), the
-  course's declaration (`config`), the device (`device`), known mistakes (`diagnosis`), the memory
-  cgroup the grader runs in (`cgroup`). What an assignment's tests import, in one short path:
-  `from cs_basics.harness import Problem, Tolerance, graded`.
+  (`cases`), problems that are no function of tensors (`kinds`), comparison (`compare`), the fixture
+  store and its generation (`fixtures`, `generate`), the course's declaration (`config`), the device
+  (`device`), known mistakes (`diagnosis`), the memory cgroup the grader runs in (`cgroup`).
+  What an assignment's tests import, in one short path: `from cs_basics.harness import Problem, Tolerance, graded`.
 - `harness.rule`: the from-scratch rule (what a problem's code names, what its cases run).
 - `harness.pytest_plugin`: the students' pytest run, which applies the rule as the grader does.
 - `harness.grading`: the grader of one untrusted submission (staging, the sandbox, its server and
@@ -35,6 +35,10 @@ EXPORTS = {
     "FixtureError": "fixtures",
     "Mistake": "diagnosis",
     "Problem": "problem",
+    "Number": "kinds",
+    "InPlace": "kinds",
+    "Optimizer": "kinds",
+    "Seeded": "kinds",
     "choose_device": "device",
     "graded": "pytest_plugin",
 }

@@ -12,7 +12,10 @@ A case is split where trust changes hands:
   message that says what to fix, naming the known mistake whose numbers the student's
   reproduce, if one does (`cs_basics.harness.diagnosis`).
 
-An assignment declares only what is its own: inputs, oracles, adapter calls, tolerances and mistakes.
+An assignment declares only what is its own: inputs, oracles, adapter calls, tolerances and mistakes. A problem
+that is no function of tensors (a number, gradients changed in place, an optimizer's class, seeded draws) gives
+its cases a `kind` (kinds.py): the adapter call and the oracle exercise the code as it says, and its answers are
+named tensors like any output, whose names it turns into the problem's words for messages.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ if TYPE_CHECKING:
 
 Tensors = dict[str, torch.Tensor]
 Tolerances = tuple[Tolerance, Tolerance]  # (outputs, gradients)
-GRAD_OUT = "grad_out"  # the input holding the upstream gradient; the student's code never sees it
+GRAD_OUT = diagnosis.GRAD_OUT  # the input holding the upstream gradient; the student's code never sees it
 
 
 def randn(seed: int, *shape: int) -> torch.Tensor:
@@ -67,25 +70,29 @@ class CheckContext:
 
     @cached_property
     def tolerances(self) -> Tolerances:
-        tolerance = self.case.tolerance
-        return tolerance(self) if callable(tolerance) else tolerance[self.case.dtype]
+        return tolerances_of(self.case, self)
 
     def tolerance(self, name: str) -> Tolerance:
-        return self.tolerances[1] if name.startswith("grad.") else self.tolerances[0]
+        own = self.case.kind.tolerance(name, self) if self.case.kind is not None else None
+        return own or (self.tolerances[1] if name.startswith("grad.") else self.tolerances[0])
 
     def close(self, name: str) -> None:
-        """outputs[name] matches expected[name] within its tolerance, in the case's dtype, on its device."""
-        key = f"{self.case.id}: {name}"
-        dtype, device = self.case.dtype, placed(self.device, self.case.dtype)
+        """outputs[name] matches expected[name] within its tolerance, in the case's dtype, on its device (tensors of
+        a kind whose answers are no tensors of the case's dtype, numbers say: in float64, on the CPU)."""
+        key = f"{self.case.id}: {self.case.words(name)}"
+        kind = self.case.kind
+        typed = kind is None or kind.dtype_checked
+        dtype, device = (self.case.dtype, placed(self.device, self.case.dtype)) if typed else (None, None)
+        want = kind.want if kind is not None else "a torch.Tensor"
         message = mismatch(
-            self.output(name), self.expected[name], self.tolerance(name), key=key, dtype=dtype, device=device
+            self.output(name), self.expected[name], self.tolerance(name), key=key, dtype=dtype, device=device, want=want
         )
         if message is not None:
             self.report(message, diagnose=name)
 
     def output(self, name: str) -> Any:
         if name not in self.outputs:
-            raise AssertionError(f"{self.case.id}: no {name!r} was produced")
+            raise AssertionError(f"{self.case.id}: {self.case.words(name)} was not produced")
         return self.outputs[name]
 
     def fail(self, message: str, *, diagnose: str | None = None) -> NoReturn:
@@ -95,6 +102,17 @@ class CheckContext:
     def report(self, message: str, *, diagnose: str | None = None) -> NoReturn:
         lines = [message, *(diagnosis.diagnose(self, diagnose) if diagnose else []), f"  rerun: {self.fix}"]
         raise AssertionError("\n".join(lines))
+
+
+def tolerances_of(case: Case, ctx: CheckContext) -> Tolerances:
+    """The case's (outputs, gradients) tolerances: one Tolerance for both, by the case's dtype, or worked out
+    from the check's context (half precision's)."""
+    tolerance = case.tolerance
+    if tolerance is None:
+        raise ValueError(f"{case.id}: its problem declares no tolerances")
+    if isinstance(tolerance, Tolerance):
+        return tolerance, tolerance
+    return tolerance(ctx) if callable(tolerance) else tolerance[case.dtype]
 
 
 def check_unchanged(ctx: CheckContext) -> None:
@@ -139,7 +157,8 @@ class Case:
     make_inputs: Callable[[int], Tensors]
     oracle: Callable[[Tensors], Tensors]
     adapter_call: Callable[[ModuleType, dict[str, Any]], dict[str, Any]]  # the student's outputs by name: "out", ...
-    tolerance: Mapping[torch.dtype, Tolerances] | Callable[[CheckContext], Tolerances]  # by the case's dtype
+    # by the case's dtype, one for every dtype, or worked out on the device
+    tolerance: Mapping[torch.dtype, Tolerances] | Tolerance | Callable[[CheckContext], Tolerances]
     check: Callable[[CheckContext], None] = check_outputs
     dtype: torch.dtype = torch.float32
     constants: Mapping[str, Any] = field(default_factory=dict, compare=False)  # arguments that are no tensor
@@ -153,11 +172,16 @@ class Case:
     hidden: bool = False
     description: str = field(default="", compare=False)
     declaration: Any = field(default=None, compare=False, repr=False)  # the problem.Problem that made it, if one did
+    kind: Any = field(default=None, compare=False, repr=False)  # how its adapter is exercised (kinds.py); None: f(x)
 
     @property
     def id(self) -> str:
         """Unique across the assignment; also the fixture's file name."""
         return f"{self.test.removeprefix('test_')}-{self.param}"
+
+    def words(self, name: str) -> str:
+        """An answer's name in the problem's words ("parameter 2 after step 3"), for messages."""
+        return self.kind.words(name) if self.kind is not None else name
 
     def prepare(
         self, inputs: Tensors, device: torch.device, *, dtype: torch.dtype | None = None, layout: bool = True

@@ -46,16 +46,17 @@ def mismatch(
     key: str,
     dtype: torch.dtype | None = None,
     device: torch.device | None = None,
+    want: str = "a torch.Tensor",
 ) -> str | None:
     """Return None when `actual` matches `expected`, else a message saying how it differs.
 
     `expected` is usually the float64 oracle: values are compared in float64, and
-    `dtype` / `device`, when given, are what `actual` itself must have.
+    `dtype` / `device`, when given, are what `actual` itself must have; `want` is what it must be, in words.
     """
     if not isinstance(actual, torch.Tensor):
         sequence = isinstance(actual, tuple | list) or (isinstance(actual, Foreign) and actual.sequence)
-        hint = " (return only the output tensor, not a tuple)" if sequence else ""
-        return f"{key}: expected a torch.Tensor, got {describe(actual)}{hint}"
+        hint = " (return only the output tensor, not a tuple)" if sequence and want == "a torch.Tensor" else ""
+        return f"{key}: expected {want}, got {describe(actual)}{hint}"
     if tuple(actual.shape) != tuple(expected.shape):
         return f"{key}: shape mismatch: expected {tuple(expected.shape)}, got {tuple(actual.shape)}"
     if dtype is not None and actual.dtype != dtype:
@@ -74,6 +75,8 @@ def value_mismatch(actual: torch.Tensor, expected: torch.Tensor, tol: Tolerance,
     n_bad = int(bad.sum())
     if n_bad == 0:
         return None
+    if e.dim() == 0:  # one number: the numbers themselves say it all
+        return f"{key}: expected {float(e):.8g}, got {float(a):.8g} (atol={tol.atol:.1e}, rtol={tol.rtol:.1e})"
     lines = [
         f"{key}: {n_bad} of {e.numel()} elements differ "
         f"(atol={tol.atol:.1e}, rtol={tol.rtol:.1e}), shape {tuple(e.shape)}"

@@ -13,6 +13,9 @@ student_code = ["cs_basics"]            # what grading takes from a submission
 staff_code = ["mypkg/grading_aids.py"] # ...except these, always taken from this repository (cs_basics's
                                        # own harness, study and cli.py always are: see grading.TOOLING)
 handout_exclude = ["staff_tests"]       # left out of the student handout (besides `hidden`)
+case_seconds = 20                       # each case's time limit in the grader (else `--case-seconds`, 20 s)
+warm = ["torch._dynamo"]                # imported by the grading server before any job (an optimizer's first
+                                        # step imports it: 20 s); problems' kinds add what they need
 one_line_adapters = true                # each adapter only calls the student's function: pytest fails a case
                                         # whose adapter holds more, as the grader (the course's adapters) would
 forbidden = ["torch.nn.functional.scaled_dot_product_attention"]  # every problem's, before its own
@@ -27,6 +30,7 @@ points = 1
 adapter = "run_softmax"                 # the adapter that calls the problem's function (default run_<name>)
 forbidden = ["torch.softmax", "torch.Tensor.softmax"]   # library names the problem's code may not use
 forbidden_ops = ["aten._softmax"]      # ATen operators (fnmatch patterns) its graded cases may not run
+case_seconds = 60                       # its cases' time limit in the grader, instead of the course's
 """
 
 from __future__ import annotations
@@ -63,6 +67,7 @@ class Problem:
     forbidden_ops: tuple[str, ...] = ()  # ATen operators (fnmatch patterns) its graded cases may not run
     adapter: str = ""  # the adapter function that calls the problem's code (the first, where it has several)
     adapters: tuple[str, ...] = ()  # every adapter its cases call, `adapter` first
+    case_seconds: float | None = None  # each of its cases' time limit in the grader (None: the course's)
 
     @classmethod
     def from_table(cls, name: str, table: dict, course: dict | None = None, declared: Any = None) -> Problem:
@@ -73,7 +78,7 @@ class Problem:
         if declared is not None:
             both = [
                 k
-                for k in ("points", "forbidden", "forbidden_ops", "adapter")
+                for k in ("points", "forbidden", "forbidden_ops", "adapter", "case_seconds")
                 if k in table and getattr(declared, "adapters" if k == "adapter" else k, None)
             ]
             if both or (declared.points is None and "points" not in table):
@@ -84,8 +89,15 @@ class Problem:
                 "forbidden": [*table.get("forbidden", ()), *declared.forbidden],
                 "forbidden_ops": [*table.get("forbidden_ops", ()), *declared.forbidden_ops],
                 "adapters": declared.adapters,
+                "case_seconds": table.get("case_seconds", declared.case_seconds),
             }
         adapters = tuple(table.get("adapters", ())) or (table.get("adapter", f"run_{name}"),)
+        own = table.get("case_seconds")
+        seconds, where = (
+            (own, f"[tool.cs-basics.problems.{name}]")
+            if own is not None
+            else (course.get("case_seconds"), "[tool.cs-basics]")
+        )
         return cls(
             name,
             float(table["points"]),
@@ -93,7 +105,15 @@ class Problem:
             (*course.get("forbidden_ops", ()), *table.get("forbidden_ops", ())),
             adapters[0],
             adapters,
+            None if seconds is None else positive_seconds(seconds, f"{where} case_seconds"),
         )
+
+
+def positive_seconds(value: Any, where: str) -> float:
+    """A time limit from the course's declaration: a positive number of seconds, else ConfigError naming it."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 86400:
+        raise ConfigError(f"{where} = {value!r}: give a time limit in seconds (a number above 0)")
+    return float(value)
 
 
 @dataclass(frozen=True)
@@ -224,6 +244,18 @@ class Assignment:
         if dupes:
             raise ConfigError(f"case ids must be unique, repeated: {dupes}")
         return cases
+
+    @property
+    def warm(self) -> list[str]:
+        """Modules whose first import the grading server pays before it forks a job (`warm` in [tool.cs-basics],
+        and what its problems' kinds need: an optimizer's step imports torch._dynamo), never a student's case."""
+        kinds = [m for p in self.declarations.values() if p.kind is not None for m in p.kind.warm]
+        return list(dict.fromkeys([*self.table.get("warm", []), *kinds]))
+
+    def case_seconds(self, case: Case) -> float | None:
+        """The case's time limit in the grader: its problem's, else the course's; None: the grader's default."""
+        problem = self.problems.get(case.problem)
+        return problem.case_seconds if problem is not None else None
 
     @property
     def adapters_module(self) -> str:

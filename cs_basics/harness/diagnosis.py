@@ -58,6 +58,7 @@ class CheckContext(Protocol):
     def tolerance(self, name: str) -> Any: ...
 
 
+GRAD_OUT = "grad_out"  # the input holding the upstream gradient (cases.py); the student's code never sees it
 SWITCH = "CS_BASICS_DIAGNOSIS"  # "off": no diagnosis at all (to measure what it costs)
 MAX_NAMED = 3  # when more known mistakes than this give the same numbers, naming them helps nobody
 
@@ -159,13 +160,20 @@ def wrong_outputs(ctx: CheckContext, mistake: Mistake, grad: bool) -> dict[str, 
     the mistake asks), with gradients if `grad`; a staff-only mistake's, as its fixture stores them."""
     if staff_only(mistake):
         return dict(ctx.stored_mistakes.get(mistake.stored_name, {}))
-    dtype = ctx.case.dtype if mistake.in_case_dtype else torch.float64
-    args = ctx.case.prepare(ctx.inputs, torch.device("cpu"), dtype=dtype, layout=False)
     try:
-        with torch.set_grad_enabled(grad):
-            return ctx.case.call(SimpleNamespace(**mistake.adapters), args)
-    except Exception:  # a mistake that cannot even run on this case explains nothing
+        return mistake_outputs(ctx.case, mistake, ctx.inputs, grad)
+    except Exception:  # a mistake that cannot even run on this case explains nothing (check-cases says so)
         return {}
+
+
+def mistake_outputs(case: Case, mistake: Mistake, inputs: Mapping[str, torch.Tensor], grad: bool) -> dict[str, Any]:
+    """The mistake's outputs on the case's inputs, as the case runs (autograd on), with the gradients of an upstream
+    gradient only if `grad` (without it the inputs need none: a backward pass of every mistake costs)."""
+    dtype = case.dtype if mistake.in_case_dtype else torch.float64
+    inputs = dict(inputs) if grad else {k: v for k, v in inputs.items() if k != GRAD_OUT}
+    args = case.prepare(inputs, torch.device("cpu"), dtype=dtype, layout=False)
+    with torch.enable_grad():
+        return case.call(SimpleNamespace(**mistake.adapters), args)
 
 
 def staff_only(mistake: Mistake) -> bool:

@@ -19,7 +19,7 @@ from types import SimpleNamespace
 
 import torch
 
-from cs_basics.harness.cases import Case, Tensors
+from cs_basics.harness.cases import Case, CheckContext, Tensors
 from cs_basics.harness.config import Assignment
 from cs_basics.harness.diagnosis import STORED, agrees, staff_only
 from cs_basics.harness.fixtures import FixtureError, FixtureStore, encode
@@ -98,10 +98,9 @@ def shows_anywhere(case: Case, outputs: Tensors, expected: Tensors) -> bool:
     where none does, no failure of the case can name it (diagnosis.shows), and its outputs need not be stored."""
     if callable(case.tolerance):
         return True  # a tolerance the check works out on its device (half precision's): kept, to be safe
-    values, grads = case.tolerance[case.dtype]
+    ctx = CheckContext(case, {}, expected, {}, outputs, torch.device("cpu"))
     return any(
-        value.shape != expected[name].shape
-        or not agrees(value, expected[name], grads if name.startswith("grad.") else values)
+        value.shape != expected[name].shape or not agrees(value, expected[name], ctx.tolerance(name))
         for name, value in outputs.items()
         if name in expected and isinstance(value, torch.Tensor)
     )

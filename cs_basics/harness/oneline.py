@@ -25,13 +25,16 @@ def thick_adapters(adapters: Any, names: Iterable[str], package: str = "cs_basic
 
 
 def thick_adapter(adapters: Any, name: str, package: str = "cs_basics") -> str | None:
-    """The verdict on one adapter: None if it is a docstring and one `return f(...)`."""
+    """The verdict on one adapter: None if it is a docstring, imports, and one line that calls or names the
+    student's code: `return f(...)` (keywords too), `f(...)` (a function that changes its inputs and returns
+    nothing), `return AdamW` (an adapter that returns a class, CS336's `get_adamw_cls`)."""
     adapter = getattr(adapters, name, None)
     statements = adapter_statements(adapter) if callable(adapter) else None
     if statements is None:
         return None
     body = statements[1:] if statements and is_docstring(statements[0]) else statements
-    if len(body) == 1 and isinstance(body[0], ast.Return) and isinstance(body[0].value, ast.Call):
+    body = [s for s in body if not isinstance(s, ast.Import | ast.ImportFrom)]  # an import computes nothing
+    if len(body) == 1 and one_line(body[0]):
         return None
     where = f"{Path(inspect.getsourcefile(adapter) or '?').name}: {name}"
     return (
@@ -50,6 +53,21 @@ def adapter_statements(adapter: Callable) -> list[ast.stmt] | None:
         return None
     function = tree.body[0] if tree.body else None
     return function.body if isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef) else None
+
+
+def one_line(statement: ast.stmt) -> bool:
+    """`return f(...)`, `return module.Name` or `f(...)`: the one line that calls or names the student's code."""
+    if isinstance(statement, ast.Return):
+        value = statement.value
+        return isinstance(value, ast.Call) or named(value)
+    return isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call)
+
+
+def named(node: ast.expr | None) -> bool:
+    """A plain name or a chain of attributes (`AdamW`, `optimizer.AdamW`)."""
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return isinstance(node, ast.Name)
 
 
 def is_docstring(statement: ast.stmt) -> bool:

@@ -19,6 +19,11 @@ What every assignment would otherwise write again, the declaration derives:
 - the case: its tolerances, mistakes, crashes and contract are the problem's; its inputs keep their dtypes
   (integers stay integers, booleans booleans), the floating-point ones cast to the case's dtype.
 
+A problem that is no function of tensors declares its `kind` (kinds.py: `Number`, `InPlace`, `Optimizer`,
+`Seeded`): its adapter, its reference and its mistakes are then exercised as the kind says, each answer a named
+tensor ("param2/step3") that messages say in the problem's words ("parameter 2 after step 3"). `case_seconds`
+gives its cases a time limit of their own in the grader.
+
 A reference may be a "module:attribute" string: it is imported only when fixtures are made, so that a staff-only
 module (hidden/, left out of the handout) can hold an oracle that is more than a call the rule forbids.
 """
@@ -34,7 +39,9 @@ from typing import Any
 import torch
 
 from cs_basics.harness.cases import GRAD_OUT, Case, CheckContext, Tensors, Tolerances, check_outputs
+from cs_basics.harness.compare import Tolerance
 from cs_basics.harness.diagnosis import Crash, Mistake
+from cs_basics.harness.kinds import Kind, Seeded
 
 Reference = Callable[..., torch.Tensor] | str  # a function, or "module:attribute" imported when fixtures are made
 
@@ -74,6 +81,22 @@ class AdapterCall:
         return {"out": getattr(adapters, self.adapter)(*positional, **keywords)}
 
 
+@dataclass(frozen=True)
+class KindCall:
+    """The adapter call of a problem of another kind (kinds.py): the adapter, exercised as the kind says."""
+
+    call: AdapterCall
+    kind: Kind
+
+    @property
+    def adapter(self) -> str:
+        return self.call.adapter
+
+    def __call__(self, adapters: Any, args: dict[str, Any]) -> dict[str, Any]:
+        __tracebackhide__ = True
+        return self.kind.exercise(getattr(adapters, self.call.adapter), self.call, args)
+
+
 def resolve(reference: Reference) -> Callable[..., Any]:
     if callable(reference):
         return reference
@@ -89,9 +112,17 @@ class Oracle:
     reference: Reference
     leaves: tuple[str, ...] | None = None  # the inputs that get gradients (default: every floating-point one)
     constants: Mapping[str, Any] = field(default_factory=dict)
+    kind: Kind | None = None  # how the reference is exercised (kinds.py), as the adapter is
 
     def __call__(self, inputs: Tensors) -> Tensors:
         args: dict[str, Any] = {n: t.double() if t.is_floating_point() else t for n, t in inputs.items()}
+        if self.kind is not None:
+            args |= dict(self.constants)
+            answers = self.kind.exercise(resolve(self.reference), self.call, args)
+            wrong = [n for n, v in answers.items() if not isinstance(v, torch.Tensor)]
+            if wrong:
+                raise TypeError(f"the reference of {self.call.adapter} gave no {self.kind.want} for {wrong}")
+            return self.kind.oracle({n: v.detach() for n, v in answers.items()}, args)
         grad_out = args.pop(GRAD_OUT, None)
         floats = [n for n, t in args.items() if t.is_floating_point()]
         leaves = [n for n in (self.leaves if self.leaves is not None else floats) if n in args]
@@ -114,17 +145,22 @@ class Problem:
 
     name: str
     calls: Mapping[str, Reference]  # "run_x(a, b)" -> the reference it stands for; the first is the default
-    tolerances: Mapping[torch.dtype, Tolerances] | Callable[[CheckContext], Tolerances]
+    # by the case's dtype (outputs, gradients); one Tolerance for all; or worked out on the device
+    tolerances: Mapping[torch.dtype, Tolerances] | Tolerance | Callable[[CheckContext], Tolerances] | None = None
     points: float | None = None
     forbidden: Sequence[str] = ()  # beyond the course's
     forbidden_ops: Sequence[str] = ()
     mistakes: Sequence[Mistake] = ()
     crashes: Sequence[Crash] = ()
     contract: Callable[[dict[str, Any], str], list[str]] | None = None
+    kind: Kind | None = None  # how its adapters are exercised (kinds.py: Number, InPlace, Optimizer, Seeded)
+    case_seconds: float | None = None  # each case's time limit in the grader (default: the course's)
 
     def __post_init__(self) -> None:
         if not self.calls:
             raise ValueError(f"problem {self.name}: declare at least one adapter call")
+        if self.tolerances is None and not isinstance(self.kind, Seeded):
+            raise ValueError(f"problem {self.name}: declare its tolerances")
         object.__setattr__(self, "parsed", {AdapterCall.parse(text): ref for text, ref in self.calls.items()})
 
     @property
@@ -147,21 +183,25 @@ class Problem:
         *,
         adapter: str | None = None,
         dtype: torch.dtype = torch.float32,
-        check: Callable[[CheckContext], None] = check_outputs,
-        tolerance: Mapping[torch.dtype, Tolerances] | Callable[[CheckContext], Tolerances] | None = None,
+        check: Callable[[CheckContext], None] | None = None,
+        tolerance: Mapping[torch.dtype, Tolerances] | Tolerance | Callable[[CheckContext], Tolerances] | None = None,
         oracle: Callable[[Tensors], Tensors] | None = None,
         leaves: tuple[str, ...] | None = None,
         view: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
         weight: float = 1.0,
         description: str = "",
+        kind: Kind | None = None,
         **constants: Any,
     ) -> Case:
-        """One graded case of this problem; `constants` are the arguments that are no tensor (dim=-1)."""
+        """One graded case of this problem; `constants` are the arguments that are no tensor (dim=-1); `kind`: how
+        this case exercises the adapter, instead of the problem's (more steps, a loss, a resumed optimizer)."""
         call, reference = self.adapter_call(adapter)
+        kind = kind or self.kind
         return Case(
             self.name, test, param, seed, make_inputs,
-            oracle or Oracle(call, reference, leaves, constants), call, tolerance or self.tolerances, check,
+            oracle or Oracle(call, reference, leaves, constants, kind), call if kind is None else KindCall(call, kind),
+            tolerance or self.tolerances, check or (check_outputs if kind is None else kind.check),
             dtype=dtype, constants=constants, leaves=leaves, view=view, mistakes=tuple(self.mistakes),
             crashes=tuple(self.crashes), contract=self.contract, weight=weight, description=description,
-            declaration=self,
+            declaration=self, kind=kind,
         )  # fmt: skip

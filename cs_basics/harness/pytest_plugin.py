@@ -6,6 +6,7 @@ pytest_plugins = ["cs_basics.harness.pytest_plugin"]
 from __future__ import annotations
 
 import gc
+import importlib
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -153,6 +154,8 @@ def run_graded(
         pytest.fail(f"your code could not be graded: {err}", pytrace=False)
     if breach:
         pytest.fail(breach, pytrace=False)
+    for name in case.kind.warm if case.kind is not None else ():  # a library's first import, outside the watch
+        importlib.import_module(name)
     watch = rule.watch(case.problem)
 
     def fail_if_breached() -> None:

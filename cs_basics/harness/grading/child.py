@@ -310,6 +310,10 @@ def run_group(
             modules = [importlib.import_module(module) for module in job["case_modules"]]
         check_origin(job["student_packages"], code)
         cases = {c.id: c for module in modules for c in module.CASES}
+
+        for name in job.get("warm", []):  # before the cases (a fork server's child has them: a Python spawned pays)
+            with contextlib.suppress(ImportError):
+                importlib.import_module(name)
     except BaseException as err:  # a stub, a SyntaxError, an ImportError, SystemExit at import
         report.send(event="import_error", message=error_text(err, code)[1])
         return

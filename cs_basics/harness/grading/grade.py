@@ -185,9 +185,11 @@ def run_submission(assignment: Assignment, submission: Path, cases: list[Case], 
     except BaseException:
         worker.clean_up(folder)
         raise
+    seconds = {c.id: assignment.case_seconds(c) for c in to_run}
     job = job_settings(assignment, folder, device, worker) | {
         "problems": {c.id: c.problem for c in to_run},
-        "warm": warm,
+        "warm": [*assignment.warm, *warm],  # paid by the server before it forks, never by a case
+        "case_seconds": {case: s for case, s in seconds.items() if s is not None},
     }
     by_id = {c.id: c for c in to_run}
     try:
@@ -291,6 +293,8 @@ def grade(
     """Grade one submission, in `worker` (a batch reuses one) or in a worker of its own."""
     start = time.monotonic()
     cases = check_course(assignment)
+    if worker is not None:
+        worker.warm(assignment.warm)  # imported by the server while this process stages and scans
     if worker is None:
         try:
             with Worker(sandbox, limits) as own:

@@ -28,13 +28,21 @@ import xml.etree.ElementTree as ET
 from cs_basics.harness.cases import Case
 from cs_basics.harness.config import Assignment
 from cs_basics.harness.grading.grade import Grade
-from cs_basics.harness.grading.prairielearn import MESSAGE_BYTES, OUTPUT_BYTES, hidden_summary, summary_until_graded
+from cs_basics.harness.grading.prairielearn import (
+    MESSAGE_BYTES,
+    OUTPUT_BYTES,
+    hidden_summary,
+    hidden_verdict,
+    over_time_note,
+    summary_until_graded,
+)
 from cs_basics.harness.grading.results import cut_to_bytes, not_gradable_why, printed_section, test_name
+from cs_basics.harness.grading.runs import stopped_for_time
 from cs_basics.harness.text import printable
 
 NOT_RUN = "not run"  # how the grader's message for a case it never ran begins
 HOSTNAME = "localhost"  # Ant's `hostname` is required; the grading machine's own name is nobody's business
-FAILED, NOT_RUN_HIDDEN = "hidden case: failed", "hidden case: not run"
+NOT_RUN_HIDDEN = "hidden case: not run"
 
 
 def xml_text(text: str, limit: int = MESSAGE_BYTES) -> str:
@@ -62,11 +70,13 @@ def _case(suite: ET.Element, case: Case, got: float, most: float, passed: bool, 
     _property(suite, f"points {name}", f"{points(got)}/{points(most)}")
     if passed:
         return
-    if case.hidden:  # nothing of what it printed or raised: only whether it ran
+    if case.hidden:  # nothing of what it printed or raised: only whether it ran (and ran out of time)
         if message.startswith(NOT_RUN):
-            _result(element, "skipped", NOT_RUN_HIDDEN, NOT_RUN_HIDDEN)
+            verdict = hidden_verdict(False, message) if stopped_for_time(message) else NOT_RUN_HIDDEN
+            _result(element, "skipped", verdict, verdict)
         else:
-            _result(element, "failure", FAILED, FAILED, type="hidden")
+            verdict = hidden_verdict(False, message)
+            _result(element, "failure", verdict, verdict, type="hidden")
     elif message.startswith(NOT_RUN):
         _result(element, "skipped", message.splitlines()[0], message)
     else:
@@ -81,7 +91,8 @@ def _hidden_line(suite: ET.Element, hidden: list[tuple]) -> None:
     _property(suite, "points hidden cases", f"{points(got)}/{points(most)}")
     passed = sum(1 for r in hidden if r[3])
     not_run = sum(1 for r in hidden if not r[3] and r[4].startswith(NOT_RUN))
-    line = f"{passed} of {len(hidden)} hidden cases passed"
+    over = [stopped for r in hidden if not r[3] and (stopped := stopped_for_time(r[4]))]
+    line = f"{passed} of {len(hidden)} hidden cases passed" + over_time_note(over)
     if passed + not_run < len(hidden):
         _result(element, "failure", line, line, type="hidden")
     elif not_run:

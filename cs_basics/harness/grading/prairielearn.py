@@ -19,6 +19,7 @@ from cs_basics.harness.cases import Case
 from cs_basics.harness.config import Assignment, ConfigError
 from cs_basics.harness.grading.grade import Grade
 from cs_basics.harness.grading.results import cut_to_bytes, printed_section, sentences, test_name
+from cs_basics.harness.grading.runs import stopped_for_time
 from cs_basics.harness.rule.fromscratch import HELD
 
 RESULTS_LIMIT = 1 << 20  # bytes: PrairieLearn's grader host refuses a larger results.json
@@ -51,22 +52,35 @@ def _tests(rows: list[tuple[Case, float, float, bool, str]], summary: str) -> li
     share = min(MESSAGE_BYTES, MESSAGES_BYTES // max(len(public), 1))
     tests = [_entry(case, points, most, cut_to_bytes(message, share)) for case, points, most, _, message in public]
     if summary == "each":
-        tests += [
-            _entry(case, points, most, "hidden case: passed" if passed else "hidden case: failed")
-            for case, points, most, passed, _ in hidden
-        ]
+        tests += [_entry(case, got, most, hidden_verdict(passed, text)) for case, got, most, passed, text in hidden]
     elif hidden:
         passed = sum(1 for r in hidden if r[3])
+        over = [stopped for r in hidden if not r[3] and (stopped := stopped_for_time(r[4]))]
         tests.append(
             {
                 "name": "hidden cases",
                 "description": f"{len(hidden)} cases whose inputs and messages stay hidden",
                 "points": round(sum(r[1] for r in hidden), 6),
                 "max_points": round(sum(r[2] for r in hidden), 6),
-                "message": f"{passed} of {len(hidden)} hidden cases passed",
+                "message": f"{passed} of {len(hidden)} hidden cases passed" + over_time_note(over),
             }
         )
     return tests
+
+
+def hidden_verdict(passed: bool, message: str) -> str:
+    """A hidden case's entry: passed or failed, and why where the grader stopped it for time (no hidden data)."""
+    if passed:
+        return "hidden case: passed"
+    stopped = stopped_for_time(message)
+    if stopped is None:
+        return "hidden case: failed"
+    return f"hidden case: {stopped}" if stopped.startswith("not run") else f"hidden case: failed: {stopped}"
+
+
+def over_time_note(stopped: list[str]) -> str:
+    """What a one-line summary adds for the hidden cases stopped at their time limit."""
+    return f"; {len(stopped)} ran over the time limit ({stopped[0]})" if stopped else ""
 
 
 def _results(score: float, most: float, message: str, output: str, tests: list[dict]) -> dict:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import time
 from collections.abc import Callable, Collection
@@ -95,7 +96,7 @@ def run_once(worker: Worker, job: dict, cases: list[str], state: RunState) -> tu
                 attempt.drain()  # what was printed so far belongs to the case before (or to the import)
                 attempt.log = state.log_for(case)
                 current, started = case, time.monotonic()
-                deadline = min(started + limits.case_seconds, state.stop_at)
+                deadline = min(started + state.seconds_for(case), state.stop_at)
             elif kind in ("done", "error") and case == current:
                 state.finish(case, event, time.monotonic() - started)
                 remaining.remove(case)
@@ -126,6 +127,22 @@ def run_once(worker: Worker, job: dict, cases: list[str], state: RunState) -> tu
         attempt.end()
 
 
+def over_time(seconds: float) -> str:
+    """A case stopped at its time limit, as every platform says it (a hidden case's entry too: no hidden data)."""
+    return f"the case ran over its time limit of {seconds:g} s"
+
+
+STUCK = "not run: your function did not return on cases"  # a case left out after its problem's ran out of time
+OVER_TIME = re.compile(rf"the case ran over its time limit of [\d.e+]+ s|{STUCK} \S+(?: and \S+)*")
+
+
+def stopped_for_time(message: str) -> str | None:
+    """The sentence of a case stopped at its time limit, or left out after its problem's cases were, when `message`
+    (the grader's: the code's own messages start otherwise) is one; what it names is no hidden data."""
+    found = OVER_TIME.match(message)
+    return found.group(0) if found else None
+
+
 @dataclass
 class RunState:
     """What the attempts at one submission's cases have found so far."""
@@ -141,6 +158,11 @@ class RunState:
     halted: str | None = None  # why no fresh child may take the cases left (an import failure, a limit, a stop)
     received: Received = field(default_factory=Received)  # the rule's evidence, as the children sent it
     write_inputs: Callable[[list[str], Path], None] = lambda cases, folder: None  # cases' inputs into a job folder
+    case_seconds: dict[str, float] = field(default_factory=dict)  # case id -> its own time limit (the course's)
+
+    def seconds_for(self, case: str) -> float:
+        """The case's time limit: the course's for it, else the grader's."""
+        return self.case_seconds.get(case, self.limits.case_seconds)
 
     def hand_inputs(self, cases: list[str], folder: Path) -> None:
         """The inputs of `cases`, and no other (those of a group before are gone), in `folder`/inputs."""
@@ -235,7 +257,7 @@ class RunState:
         if total:
             self.halt(remaining, why)
             return [], False
-        why = f"the case ran over its time limit of {self.limits.case_seconds:.0f} s (an endless loop?)"
+        why = f"{over_time(self.seconds_for(current))} (an endless loop?)"
         self.timeouts.setdefault(self.problems[current], []).append(current)
         self.runs[current] = CaseRun(error=why, seconds=time.monotonic() - started)
         return [c for c in remaining if c != current], True
@@ -246,7 +268,7 @@ class RunState:
         for case in cases:
             stuck = self.timeouts.get(self.problems[case], [])
             if len(stuck) >= self.limits.timeouts_per_problem:
-                self.runs[case] = CaseRun(error=f"not run: your function did not return on cases {' and '.join(stuck)}")
+                self.runs[case] = CaseRun(error=f"{STUCK} {' and '.join(stuck)}")
             else:
                 left.append(case)
         return left
@@ -269,6 +291,7 @@ def run_cases(
     limits = worker.limits
     state = RunState(problems, limits, time.monotonic() + limits.total_seconds, ChildLog(limits.output_kb * 1024))
     state.write_inputs = write_inputs
+    state.case_seconds = dict(job.get("case_seconds", {}))
     folders = [Path(job["dir"])]
     try:
         run_phase(worker, job, [c for c in cases if c not in hidden], state)

@@ -82,6 +82,7 @@ class Worker:
         self.overlays: dict[Path, Overlay] = {}  # course root -> the files laid over each job's code (staging.stage)
         self.none_left = False  # no process of the uid is left, and no job started since (known by kill_uid)
         self.swept_left = 0  # without a uid: the processes the server's last sweep could not end
+        self.warmed: set[str] = set()  # what the server was asked to import (warm)
 
     def __enter__(self) -> Worker:
         return self
@@ -204,11 +205,23 @@ class Worker:
             self.server = Server(self.sandbox, self.root, self.limits, self.cgroup_procs)
         return self
 
+    def warm(self, names: list[str]) -> None:
+        """Have the grading server import `names` now (the course's: Assignment.warm), while the grader stages and
+        scans, so that no job waits for them and no case pays for them; each name once a server."""
+        names = [n for n in names if n not in self.warmed]
+        if self.spawns or not names:
+            return
+        self.start()
+        with contextlib.suppress(OSError):
+            self.server.send({"op": "warm", "names": names})
+            self.warmed.update(names)
+
     def ensure_server(self) -> Server:
         if self.server is None or self.server.process.poll() is not None:
             if self.server is not None:
                 self.server.close()
             self.server = Server(self.sandbox, self.root, self.limits, self.cgroup_procs)
+            self.warmed.clear()
         return self.server.ready()
 
     def end_processes(self, wait: bool = True) -> None:

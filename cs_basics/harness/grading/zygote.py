@@ -591,6 +591,8 @@ class Server:
                 os.close(fd)
             self.jobs[pid] = job["id"]
             self.send(started=job["id"])
+        elif message.get("op") == "warm":  # the course's (Assignment.warm), sent as soon as the grader knows it
+            import_libraries(message.get("names", []))
         elif message.get("op") == "sweep":
             self.sweep()
             self.send(swept=message.get("id"), left=len(children_of(str(os.getpid()))))

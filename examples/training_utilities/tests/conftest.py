@@ -1,0 +1,1 @@
+pytest_plugins = ["cs_basics.harness.pytest_plugin"]
