@@ -162,6 +162,7 @@ def test_example_grades_full_marks(example, tmp_path):
     assert json.loads(results.read_text())["score"] == pytest.approx(total)
 
 
+@pytest.mark.timeout(900)  # two environments made and two pytest runs: minutes on a loaded 2-core machine
 def test_the_handout_installs_and_runs_away_from_the_staffs_clone(example):
     """A student's layout with no staff clone anywhere: the previous assignment's handout, completed, in
     `cs_basics/`, and this example's handout beside it. The handout names that folder (no absolute path, nothing

@@ -111,7 +111,7 @@ def test_a_handout_that_would_ship_a_from_scratch_mistake_is_refused_naming_it(t
     class Graded:
         score = max_score = 0.0
 
-    monkeypatch.setattr(handout, "check_pytest", lambda out: [])
+    monkeypatch.setattr(handout, "check_pytest", lambda out, previous=None: [])
     monkeypatch.setattr(handout, "grade", lambda assignment, folder, device: Graded())
     assert main(["handout", "--project", str(copy), str(tmp_path / "handout")]) == 1
     said = capsys.readouterr()
