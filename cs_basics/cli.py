@@ -449,7 +449,8 @@ def build_parser() -> argparse.ArgumentParser:
     new.add_argument(
         "--harness",
         default=None,
-        help="the cs-basics source for [tool.uv.sources], as TOML (default: this checkout, by path, editable), "
+        help="the cs-basics source for [tool.uv.sources], as TOML (default: where this cs-basics came from: this "
+        "checkout by a relative path, editable; a git repository at its commit; none from a package index), "
         'e.g. \'{ git = "https://github.com/COURSE/cs_basics", tag = "v1" }\'',
     )
     new.set_defaults(func=cmd_new)

@@ -208,8 +208,32 @@ def checks_mask_shape(Q, K, V, mask=None):
     return attention_matmul(Q, K, V, mask)
 
 
+def mask_none_as_causal(Q, K, V, mask=None):
+    if mask is None:  # no mask given: attend causally, as a decoder does
+        mask = torch.tril(torch.ones(Q.shape[-2], K.shape[-2], dtype=torch.bool))
+    return attention_matmul(Q, K, V, mask)
+
+
+def zero_scores_as_masked(Q, K, V, mask=None):
+    scores = _scores(Q, K)
+    if mask is not None:
+        scores = scores * mask  # masked scores become 0, and so is any score of exactly 0
+        scores = scores.masked_fill(scores == 0, -math.inf)
+    return torch.nan_to_num(softmax_max_shift(scores, -1)) @ V
+
+
+def asserts_mask_shape(Q, K, V, mask=None):
+    scores = _scores(Q, K)
+    if mask is not None:
+        assert mask.shape == scores.shape
+    return attention_matmul(Q, K, V, mask)
+
+
 # name -> (implementation, the id of a case it must fail)
 BROKEN = {
+    "mask_none_as_causal": (impl(mask_none_as_causal), "scaled_dot_product_attention-no_mask"),
+    "zero_scores_as_masked": (impl(zero_scores_as_masked), "scaled_dot_product_attention_mask-zero_scores"),
+    "asserts_mask_shape": (impl(asserts_mask_shape), "scaled_dot_product_attention_mask-padding_3d"),
     "no_scale": (impl(scaled(lambda Q, V: 1.0)), "scaled_dot_product_attention-no_mask"),
     "scale_by_d_k": (impl(scaled(lambda Q, V: 1 / Q.shape[-1])), "scaled_dot_product_attention-no_mask"),
     "scale_by_d_v": (impl(scaled(lambda Q, V: 1 / math.sqrt(V.shape[-1]))), "scaled_dot_product_attention-d_k_ne_d_v"),
@@ -300,6 +324,9 @@ BROKEN = {
 # the known mistake (tests/cases.py MISTAKES) or known crash (cs_basics.harness.diagnosis.CRASHES) that
 # each broken implementation's failure must name; the others are outside the library and get no name
 DIAGNOSES = {
+    "mask_none_as_causal": "mask_none_as_causal",
+    "zero_scores_as_masked": "zero_scores_masked",
+    "asserts_mask_shape": "mask_shape_asserted",
     "no_scale": "no_scale",
     "scale_by_d_k": "scale_by_d_k",
     "scale_by_d_v": "scale_by_d_v",
@@ -345,6 +372,10 @@ def fingerprint(t: torch.Tensor) -> str:
 
 
 # ---------------------------------------------------------------- lookalikes: other bugs with similar symptoms
+
+
+def causal_mask(Q, K):
+    return torch.ones(Q.shape[-2], K.shape[-2], dtype=torch.bool).tril()
 
 
 def attention_with(softmax):
@@ -393,6 +424,11 @@ def resizes_q(Q, K, V, mask=None):
     return attention_matmul(Q, K, V, mask)
 
 
+def asserts_mask_dtype(Q, K, V, mask=None):
+    assert mask is None or mask.dtype == torch.float32  # an assert on the mask, but not on its shape
+    return attention_matmul(Q, K, V, mask)
+
+
 def checks_q_is_3d(Q, K, V, mask=None):
     if Q.dim() != 3:
         raise ValueError(f"Q must be (batch, seq, d), got {tuple(Q.shape)}")
@@ -402,6 +438,15 @@ def checks_q_is_3d(Q, K, V, mask=None):
 A3, A4, MASKED = "scaled_dot_product_attention", "4d_scaled_dot_product_attention", "scaled_dot_product_attention_mask"
 # known mistake -> (a different bug with similar symptoms, the case it fails): its failure must not name the mistake
 LOOKALIKES = {
+    "mask_none_as_causal": (
+        impl(lambda Q, K, V, mask=None: attention_matmul(Q, K, V, causal_mask(Q, K).mT if mask is None else mask)),
+        f"{A3}-no_mask",
+    ),
+    "zero_scores_masked": (
+        impl(lambda Q, K, V, mask=None: attention_matmul(Q, K, V, mask) * (K.abs().sum(-1, keepdim=True) > 0).all()),
+        f"{MASKED}-zero_scores",
+    ),
+    "mask_shape_asserted": (impl(asserts_mask_dtype), f"{MASKED}-padding_3d"),
     "no_scale": (impl(scaled(lambda Q, V: 0.5)), f"{A3}-no_mask"),
     "scale_by_d_k": (impl(scaled(lambda Q, V: 0.5 / math.sqrt(Q.shape[-1]))), f"{A3}-no_mask"),
     "scale_by_d_v": (impl(scaled(lambda Q, V: 1 / math.sqrt(V.shape[-1] + 1))), f"{A3}-d_k_ne_d_v"),

@@ -160,3 +160,45 @@ def test_example_grades_full_marks(example, tmp_path):
     declared = tomllib.loads((example / "pyproject.toml").read_text())["tool"]["cs-basics"]["problems"]
     total = sum(p["points"] for p in declared.values())
     assert json.loads(results.read_text())["score"] == pytest.approx(total)
+
+
+@pytest.mark.timeout(900)  # two environments made and two pytest runs: minutes on a loaded 2-core machine
+def test_the_handout_installs_and_runs_away_from_the_staffs_clone(example):
+    """A student's layout with no staff clone anywhere: the previous assignment's handout, completed, in
+    `cs_basics/`, and this example's handout beside it. The handout names that folder (no absolute path, nothing
+    of the staff's layout); `uv run --locked pytest` installs the harness from the student's own copy and fails
+    every graded test on the stubs; with the solution written in, every test passes."""
+    away = Path(tempfile.mkdtemp(prefix="cs-basics-student-"))
+    try:
+        previous, handout = away / "cs_basics", away / "mha"
+        cut = subprocess.run(
+            [sys.executable, "-m", "cs_basics.cli", "handout", str(previous), "--no-check"],
+            cwd=ROOT, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert cut.returncode == 0, cut.stdout + cut.stderr
+        shutil.copy(ROOT / "cs_basics" / "nn" / "functional.py", previous / "cs_basics" / "nn" / "functional.py")
+        built = uv("cs-basics", "handout", str(handout), "--no-check", cwd=example)
+        assert built.returncode == 0, built.stdout + built.stderr
+        pyproject = tomllib.loads((handout / "pyproject.toml").read_text())
+        assert pyproject["tool"]["uv"]["sources"]["cs-basics"] == {"path": "../cs_basics", "editable": True}
+        assert "../cs_basics" in (handout / "README.md").read_text()
+        texts = [
+            p.read_text(errors="replace") for p in handout.rglob("*") if p.is_file() and p.suffix != ".safetensors"
+        ]
+        assert not [t for t in texts if str(ROOT) in t or str(example) in t or "../.." in t]
+        stubs = uv("pytest", "-v", "-p", "no:cacheprovider", cwd=handout)
+        assert stubs.returncode == 1, stubs.stdout[-4000:] + stubs.stderr[-2000:]
+        got = outcomes(stubs.stdout)
+        assert got and set(got.values()) == {"FAILED"}, got
+        assert stubs.stdout.count("NotImplementedError") >= len(got) and "test_fixtures_match_the_cases PASSED" in (
+            stubs.stdout
+        )
+        where = uv("python", "-c", "import cs_basics.harness; print(cs_basics.harness.__file__)", cwd=handout)
+        assert Path(where.stdout.strip()).is_relative_to(previous), where.stdout + where.stderr
+        attention = Path("cs_basics_mha") / "attention.py"
+        shutil.copy(EXAMPLE / attention, handout / attention)
+        solved = uv("pytest", "-v", "-p", "no:cacheprovider", cwd=handout)
+        assert solved.returncode == 0, solved.stdout[-4000:] + solved.stderr[-2000:]
+        assert set(outcomes(solved.stdout)) == set(got) and set(outcomes(solved.stdout).values()) == {"PASSED"}
+    finally:
+        shutil.rmtree(away, ignore_errors=True)

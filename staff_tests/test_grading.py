@@ -177,7 +177,7 @@ def test_results_file_has_gradescopes_fields_and_types(assignment, tmp_path):
         assert test["status"] in ("passed", "failed") and test["tags"] in ([SOFTMAX], [ATTENTION])
         assert test["visibility"] == ("after_published" if "hidden" in test["name"] else "visible")
     assert data["score"] == pytest.approx(sum(t["score"] for t in data["tests"])) == pytest.approx(1.0)
-    for problem, points in ((SOFTMAX, 1), (ATTENTION, 5)):  # 24 tests of 0.2083 or 0.2084: 5, not 4.999992
+    for problem, points in ((SOFTMAX, 1), (ATTENTION, 5)):  # 26 tests of 0.1923 or 0.1924: 5, not 4.999992
         max_scores = [t["max_score"] for t in data["tests"] if t["tags"] == [problem]]
         assert all(round(m, 4) == m for m in max_scores)
         assert sum(Fraction(str(m)) for m in max_scores) == points
@@ -232,3 +232,21 @@ def test_the_table_names_every_case_and_the_first_line_of_each_failure(assignmen
     assert "test_softmax[last_dim]" in text and "(hidden)" in text
     failed = [t for t in result.tests if not t.passed and not t.case.hidden]
     assert failed and all(f"{t.case.test}[{t.case.param}]: {t.output.splitlines()[0]}" in text for t in failed)
+
+
+def test_the_table_shows_the_diagnosis_and_no_hidden_case_offers_a_command_the_student_cannot_run(assignment, tmp_path):
+    """Scores divided by d_k: the table gives the known mistake under each failure's first line, as results.json
+    does; a hidden case's message says what the student can run instead of a test not in their copy."""
+    result = run(assignment, submission(tmp_path, wrap_attention("Q = Q * Q.shape[-1] ** -0.5")))
+    out = io.StringIO()
+    print_table(result, Console(file=out, width=400))
+    text = out.getvalue()
+    failed = [t for t in result.tests if not t.passed]
+    assert failed and any(t.case.hidden for t in failed)
+    diagnosis = "This looks like: the scores are divided by d_k"
+    shown = [t for t in failed if not t.case.hidden and diagnosis in t.output]
+    assert shown and all(f"{t.case.test}[{t.case.param}]: {t.output.splitlines()[0]}" in text for t in shown)
+    assert text.count(diagnosis) == len(shown), text
+    for t in failed:
+        assert ("uv run pytest -k" in t.output) != t.case.hidden, t.output
+    assert all("is not in your copy" in t.output for t in failed if t.case.hidden)

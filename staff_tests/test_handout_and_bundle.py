@@ -111,7 +111,7 @@ def test_a_handout_that_would_ship_a_from_scratch_mistake_is_refused_naming_it(t
     class Graded:
         score = max_score = 0.0
 
-    monkeypatch.setattr(handout, "check_pytest", lambda out: [])
+    monkeypatch.setattr(handout, "check_pytest", lambda out, previous=None: [])
     monkeypatch.setattr(handout, "grade", lambda assignment, folder, device: Graded())
     assert main(["handout", "--project", str(copy), str(tmp_path / "handout")]) == 1
     said = capsys.readouterr()
@@ -261,25 +261,32 @@ def test_autograder_bundle_grades_a_submission_in_a_simulated_autograder_tree(as
 
 @pytest.mark.parametrize("name", ["multihead_attention", "transformer_blocks"])
 def test_a_course_with_a_path_dependency_outside_it_installs_and_grades_wherever_it_is_unpacked(tmp_path, name):
-    """Each example next assignment depends on this harness by path (`../..`): the zip carries the harness (its
-    handout: no solution), and pyproject.toml and uv.lock name it where it is carried."""
+    """Each example next assignment depends on this harness by path (`../..`): the zip carries the harness and
+    nothing else of the previous course (no test, fixture, student file or study kernel of it), pyproject.toml and
+    uv.lock name it where it is carried, and it installs and grades: the reference full marks, the stubs 0."""
     example = Assignment.find(ROOT / "examples" / name)
     zipped = tmp_path / "autograder.zip"
     names = bundle.build(example, zipped)
-    carried = [n for n in names if n.startswith("path_dependencies/cs-basics/")]
-    assert "path_dependencies/cs-basics/cs_basics/harness/grading/grade.py" in carried
+    carried = [n.removeprefix("path_dependencies/cs-basics/") for n in names if n.startswith("path_dependencies/")]
+    assert "cs_basics/harness/grading/grade.py" in carried
+    harness = ("cs_basics/harness/", "cs_basics/cli.py", "cs_basics/__init__.py", "pyproject.toml", "README.md")
+    assert not [n for n in carried if not n.startswith(harness)], carried
     with zipfile.ZipFile(zipped) as zf:
         shipped = {name: zf.read(name) for name in zf.namelist()}
     assert solution_lines_in(shipped, solution_lines(Assignment.find(ROOT))) == []
+    assert b"[tool.cs-basics" not in shipped["path_dependencies/cs-basics/pyproject.toml"]
     assert b'editable = "path_dependencies/cs-basics"' in shipped["uv.lock"] and b"../.." not in shipped["uv.lock"]
     with unpacked(zipped) as autograder:
         set_up(autograder)
-        folder = tmp_path / "reference"
+        folder, stubs = tmp_path / "reference", tmp_path / "stubs"
         for package in example.student_code:  # the example's own, or this course's it builds on (cs_basics)
             found = example.root / package if (example.root / package).exists() else ROOT / package
             shutil.copytree(found, folder / package, ignore=IGNORE)
+            stub = autograder / "source" / package
+            shutil.copytree(stub if stub.exists() else found, stubs / package, ignore=IGNORE)
         total = sum(p.points for p in example.problems.values())
         assert run_autograder(autograder, folder)["score"] == pytest.approx(total)
+        assert run_autograder(autograder, stubs)["score"] == pytest.approx(0)
 
 
 @pytest.mark.parametrize(
@@ -510,15 +517,22 @@ def test_prairielearns_grader_carries_the_path_dependency_and_puts_it_on_pythonp
     assert "PYTHONPATH" not in prairielearn.RUN  # a course without one keeps its run.sh
 
 
+def tracked_copy(tmp_path: Path) -> Path:
+    """This course's files, copied into a git repository of its own that tracks them (nothing committed)."""
+    course = tmp_path / "course"
+    for rel in repository_files(ROOT):
+        if (ROOT / rel).is_file() and rel.parts[0] not in ("examples", "benchmarks", "staff_tests"):
+            (course / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / rel, course / rel)
+    subprocess.run(["git", "init", "-q"], cwd=course, check=True)
+    subprocess.run(["git", "add", "-A"], cwd=course, check=True)
+    return course
+
+
 def test_a_grader_built_earlier_inside_the_repository_reaches_neither_the_handout_nor_the_next_bundle(tmp_path):
     """`cs-basics autograder autograder.zip` at the repository's root (as the docs once said), the zip unpacked
     to build an image, PrairieLearn's files: each holds the hidden cases, and none is ignored by git."""
-    course = tmp_path / "course"
-    for rel in repository_files(ROOT):
-        if (ROOT / rel).is_file():
-            (course / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / rel, course / rel)
-    subprocess.run(["git", "init", "-q"], cwd=course, check=True)  # every file untracked, as new outputs are
+    course = tracked_copy(tmp_path)  # what is built below is untracked, as new outputs are
     assignment = Assignment.find(course)
     bundle.build(assignment, course / "autograder.zip")
     with zipfile.ZipFile(course / "autograder.zip") as zf:
@@ -531,3 +545,55 @@ def test_a_grader_built_earlier_inside_the_repository_reaches_neither_the_handou
         assert not [p for p in files if stray & {p, *p.parents}], sorted(map(str, files))
     assert not [p for p in handed_out if "hidden" in p.parts]
     assert Path("hidden/cases.py") in shipped and Path("cs_basics/nn/functional.py") in handed_out
+
+
+RESULTS = '{"tests": [{"name": "test_hidden_softmax[grad_dim_0]", "output": "expected 0.123456789"}]}\n'
+
+
+def test_a_results_file_anywhere_in_the_repository_reaches_neither_the_handout_nor_the_zip_nor_prairielearn(tmp_path):
+    """Grades written into the repository (docs/grading.md's `--results alice.json` once did), even tracked by
+    mistake, stay out of every cut: the handout, the Gradescope zip and PrairieLearn's files are allowlists."""
+    course = tracked_copy(tmp_path)
+    kept = ["alice.json", "tests/alice.json", "fixtures/alice.json", "hidden/alice.json", "cs_basics/alice.json"]
+    for rel in [*kept, "bob.json", "tests/bob.json", "oom"]:
+        (course / rel).write_text(RESULTS)
+    subprocess.run(["git", "add", "-f", *kept], cwd=course, check=True)  # tracked: the worst case
+    assignment = Assignment.find(course)
+    zipped = tmp_path / "autograder.zip"
+    bundle.build(assignment, zipped)
+    prairielearn.build(assignment, tmp_path / "pl")
+    with zipfile.ZipFile(zipped) as zf:
+        shipped = set(zf.namelist())
+    written = {p.relative_to(tmp_path / "pl").as_posix() for p in (tmp_path / "pl").rglob("*") if p.is_file()}
+    handed_out = {p.as_posix() for p in handout.handout_files(assignment)[0]}
+    assert "hidden/cases.py" in shipped and "serverFilesCourse/cs_basics/hidden/cases.py" in written
+    for files in (handed_out, shipped, written):
+        assert any(f.endswith("tests/cases.py") for f in files)  # the cuts are whole
+        assert not [f for f in files if f.endswith(("alice.json", "bob.json", "oom"))], sorted(files)
+    # the handout's check refuses such a file wherever it is found in a handout
+    out = tmp_path / "handout"
+    handout.write_files(handout.handout_files(assignment)[0], out)
+    assert handout.not_allowed(assignment, out) == []
+    (out / "tests" / "alice.json").write_text(RESULTS)
+    (out / "notes.txt").write_text("the staff's")
+    assert [p.split(" ")[0] for p in handout.not_allowed(assignment, out)] == ["notes.txt", "tests/alice.json"]
+
+
+def test_a_file_the_handout_would_hold_but_git_does_not_track_is_refused_naming_it(tmp_path):
+    course = tracked_copy(tmp_path)
+    (course / "tests" / "test_extra.py").write_text("def test_x():\n    pass\n")
+    with pytest.raises(HandoutError, match=r"git does not track tests/test_extra\.py"):
+        handout.handout_files(Assignment.find(course))
+    with pytest.raises(bundle.BundleError, match=r"git does not track tests/test_extra\.py"):
+        bundle.grader_files(Assignment.find(course))
+
+
+def test_every_results_file_grading_writes_by_default_is_ignored_by_git_and_so_is_oom():
+    from cs_basics.harness.grading.formats import WRITERS
+
+    defaults = [w.default_file for w in WRITERS.values() if w.default_file]
+    assert "results.json" in defaults and len(defaults) >= 3
+    paths = [*defaults, "results/alice.json", "oom"]
+    ignored = subprocess.run(["git", "check-ignore", *paths], cwd=ROOT, capture_output=True, text=True)
+    assert ignored.stdout.split() == paths
+    assert "oom" not in [p.as_posix() for p in handout.git_files(ROOT, "--cached")]

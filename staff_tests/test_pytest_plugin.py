@@ -1,6 +1,7 @@
 """The students' commands, run as they run them: what they select and what a failure says."""
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -81,6 +82,59 @@ def test_a_wrong_scale_fails_with_a_message_that_says_what_to_fix(project_copy):
     assert "rerun: uv run pytest -k 'test_scaled_dot_product_attention and no_mask'" in out
     assert "  This looks like: the scores are divided by d_k, not by its square root" in out
     assert "(known mistake: scale_by_d_k)" in out
+
+
+def failure_sections(stdout: str) -> dict[str, list[str]]:
+    """Each failure's lines in pytest's report, by its test id: what follows its `____ test[param] ____` header."""
+    sections, lines = {}, None
+    for line in stdout.splitlines():
+        header = re.fullmatch(r"_{3,} (\S+) _{3,}", line)
+        if header:
+            sections[header[1]] = lines = []
+        elif re.match(r"={3,} ", line):
+            lines = None
+        elif lines is not None:
+            lines.append(line)
+    return sections
+
+
+HARNESS_SHOWN = ("case = Case(", "CheckContext(", "pytest_plugin.py", "cases.py:", "run_graded_case = ", "hidden")
+
+
+def test_a_wrong_value_shows_its_message_first_with_no_frame_or_repr_of_the_harness(project_copy):
+    """Scores divided by d_k: the failure's report is the message, the diagnosis and the rerun line, nothing before."""
+    functional = project_copy / "cs_basics" / "nn" / "functional.py"
+    functional.write_text(functional.read_text().replace("/ math.sqrt(d_k)", "/ d_k"))
+    result = pytest_run("-k", "test_scaled_dot_product_attention and no_mask", cwd=project_copy)
+    assert result.returncode == 1, result.stdout
+    sections = failure_sections(result.stdout)
+    assert set(sections) == {
+        "test_scaled_dot_product_attention[no_mask]",
+        "test_scaled_dot_product_attention[grad_no_mask]",
+    }
+    for test, lines in sections.items():
+        param = test.split("[")[1].rstrip("]")
+        assert lines[0].startswith(f"scaled_dot_product_attention-{param}: out: "), lines
+        assert lines[1].startswith("  worst absolute error") and lines[2].startswith("  worst relative error"), lines
+        assert lines[3].startswith("  This looks like: the scores are divided by d_k"), lines
+        assert lines[4] == f"  rerun: uv run pytest -k 'test_scaled_dot_product_attention and {param}'", lines
+        assert not any(shown in line for line in lines for shown in HARNESS_SHOWN), lines
+
+
+def test_a_crash_shows_the_students_frames_then_the_sentences_and_the_rerun_line(project_copy):
+    """The thin test's frame (`case = Case(...)`) and the harness's are hidden; the rerun line ends the notes."""
+    functional = project_copy / "cs_basics" / "nn" / "functional.py"
+    crash = "\n\n_reference = scaled_dot_product_attention\n\n\ndef scaled_dot_product_attention(Q, K, V, mask=None):\n"
+    functional.write_text(functional.read_text() + crash + "    keep = ~mask\n    return _reference(Q, K, V, ~keep)\n")
+    result = pytest_run("-k", "test_scaled_dot_product_attention and no_mask and not grad", cwd=project_copy)
+    assert result.returncode == 1, result.stdout
+    (lines,) = failure_sections(result.stdout).values()
+    assert not any(shown in line for line in lines for shown in HARNESS_SHOWN), "\n".join(lines)
+    assert any(line.startswith("tests/adapters.py:") for line in lines), "\n".join(lines)  # the student's frames
+    errors = [line.removeprefix("E       ") for line in lines if line.startswith("E ")]
+    assert errors[0] == "TypeError: bad operand type for unary ~: 'NoneType'", errors
+    assert errors[1].startswith("This looks like: mask is optional"), errors
+    assert errors[-1] == "rerun: uv run pytest -k 'test_scaled_dot_product_attention and no_mask'", errors
 
 
 def test_a_known_crash_gets_its_sentence_under_the_traceback(project_copy):

@@ -104,6 +104,17 @@ def all_false_inputs(seed: int) -> Tensors:
     return attention_inputs(seed, (2, 6, 8), (2, 5, 8), (2, 5, 4), mask, grad=True)
 
 
+def zero_score_inputs(seed: int) -> Tensors:
+    """Keys of all zeros (padding left unmasked) score exactly 0, and every query may attend to one of them: a 0
+    score is attended like any other. Each query also sees key 0, which is not zero."""
+    mask = random_mask(seed, 2, 5, 6)
+    mask[..., 0] = mask[..., 3] = True
+    inputs = attention_inputs(seed, (2, 5, 8), (2, 6, 8), (2, 6, 4), mask, grad=False)
+    inputs["K"][:, 3] = 0.0
+    inputs["K"][1, 5] = 0.0
+    return inputs
+
+
 def noncontiguous(args: dict[str, Any]) -> dict[str, Any]:
     """The same values as strided views: transposed storage, a slice, every other element."""
     args["Q"] = args["Q"].mT.contiguous().mT
@@ -319,4 +330,5 @@ CASES: list[Case] = [
         shapes((2, 2, 3, 4, 8), (2, 2, 3, 6, 8), (2, 2, 3, 6, 4), lambda s: random_mask(s, 2, 1, 3, 4, 6), True),
     ),
     attention(SDPA_MASK, "all_false_rows", 63, all_false_inputs, check=check_all_false_rows),
+    attention(SDPA_MASK, "zero_scores", 64, zero_score_inputs),
 ]

@@ -56,6 +56,30 @@ def with_softmax(softmax: Callable[[torch.Tensor, int], torch.Tensor], nan_to_ze
     return attention
 
 
+def causal(Q: torch.Tensor, K: torch.Tensor, diagonal: int = 0) -> torch.Tensor:
+    """What a student takes a missing mask for: query i attends to keys 0..i+diagonal (torch.tril of ones)."""
+    return torch.ones(Q.shape[-2], K.shape[-2], dtype=torch.bool, device=Q.device).tril(diagonal)
+
+
+def none_as_causal(diagonal: Callable[[torch.Tensor, torch.Tensor], int]) -> Callable[..., torch.Tensor]:
+    """Attention that masks causally where no mask was given (the diagonal aligned by `diagonal(Q, K)`)."""
+
+    def attention(Q, K, V, mask=None):
+        mask = causal(Q, K, diagonal(Q, K)) if mask is None else mask
+        return guarded(torch.softmax(scores(Q, K, mask), -1), mask) @ V
+
+    return attention
+
+
+def zero_scores_masked(Q, K, V, mask=None):
+    """Attention that takes every score of exactly 0 for a masked one (the mask multiplied in, then the zeros
+    filled)."""
+    s = scores(Q, K)
+    if mask is not None:
+        s = s.masked_fill(~mask | (s == 0), -math.inf)
+    return guarded(torch.softmax(s, -1), mask) @ V
+
+
 def staff(attribute: str) -> str:
     """A mistake that computes a softmax from scratch: its code is the staff's (hidden/answers.py, left out of the
     handout), its outputs stored in the fixtures, which the diagnosis reads."""
@@ -197,6 +221,24 @@ MISTAKES = {
             "(masked_fill returns a new tensor: keep its result)",
             lambda Q, K, V, mask=None: sdpa(Q, K, V),
         ),
+        *(
+            attention_mistake(
+                "mask_none_as_causal",
+                "no mask was given here (mask=None), and your code masked the scores causally anyway: without a "
+                "mask every query attends to every key; mask the scores only when `mask is not None`, with the "
+                "mask given",
+                none_as_causal(diagonal),
+            )
+            # torch.tril of ones(queries, keys), or aligned at the last query and key (diagonal keys - queries)
+            for diagonal in (lambda Q, K: 0, lambda Q, K: K.shape[-2] - Q.shape[-2])
+        ),
+        attention_mistake(
+            "zero_scores_masked",
+            "scores that are exactly 0 were taken for masked ones (the mask multiplied into the scores, then "
+            "every 0 filled with -inf?): a key may score exactly 0 (here a key of all zeros) and still be attended; "
+            "fill where the mask is False: scores.masked_fill(~mask, -inf)",
+            zero_scores_masked,
+        ),
         attention_mistake(
             "mask_after_softmax",
             "the mask was applied after the softmax, so the weights left no longer sum to 1; fill the scores "
@@ -304,6 +346,16 @@ CRASHES = (
         "heads and keys; use K.transpose(-2, -1) (or K.mT), which works for any number of batch dims",
         code=r"\.transpose\(\s*(1\s*,\s*2|2\s*,\s*1)\s*\)|\.permute\(\s*0\s*,\s*2\s*,\s*1\s*\)",
         shows_in=lambda args: "Q" in args and args["Q"].dim() > 3,
+    ),
+    Crash(
+        "mask_shape_asserted",
+        "AssertionError",
+        "",  # a bare `assert` says nothing: the student's line does
+        "your own assert wants the mask in the scores' full shape, and this mask only broadcasts to it; the "
+        "contract allows any mask that broadcasts against (..., queries, keys): drop the assert (masked_fill and "
+        "torch.where broadcast the mask for you) or check with torch.broadcast_shapes",
+        code=r"(?im)^\s*assert\b[^#\n]*\bmask\b[^#\n]*\b(shape|size|dim|ndim)\b",  # the statement, not a comment
+        shows_in=broadcast_mask,
     ),
     Crash(
         "mask_shape_assumed",

@@ -66,7 +66,7 @@ class CheckContext:
 
     @property
     def fix(self) -> str:
-        return f"uv run pytest -k '{self.case.test} and {self.case.param}'"
+        return rerun_line(self.case)
 
     @cached_property
     def tolerances(self) -> Tolerances:
@@ -100,7 +100,7 @@ class CheckContext:
         self.report(f"{self.case.id}: {message}", diagnose=diagnose)
 
     def report(self, message: str, *, diagnose: str | None = None) -> NoReturn:
-        lines = [message, *(diagnosis.diagnose(self, diagnose) if diagnose else []), f"  rerun: {self.fix}"]
+        lines = [message, *(diagnosis.diagnose(self, diagnose) if diagnose else []), f"  {self.fix}"]
         raise AssertionError("\n".join(lines))
 
 
@@ -113,6 +113,14 @@ def tolerances_of(case: Case, ctx: CheckContext) -> Tolerances:
     if isinstance(tolerance, Tolerance):
         return tolerance, tolerance
     return tolerance(ctx) if callable(tolerance) else tolerance[case.dtype]
+
+
+def rerun_line(case: Case) -> str:
+    """The last line of a failure: the command that runs the case alone, or, for a hidden case (whose test is not in
+    the student's copy), what the student can run instead."""
+    if case.hidden:
+        return "a hidden case: it is not in your copy; `uv run pytest` runs the public cases of the same contract"
+    return f"rerun: uv run pytest -k '{case.test} and {case.param}'"
 
 
 def check_unchanged(ctx: CheckContext) -> None:

@@ -93,6 +93,17 @@ def marker(advice: str, name: str) -> str:
     return f"This looks like: {advice} (known mistake: {name})"
 
 
+SAID = ("This looks like: ", "Possible causes: ")  # how a diagnosis's lines start (and MAX_NAMED's heading's end)
+SEVERAL = "known mistakes give these same numbers here"
+
+
+def said(message: str) -> list[str]:
+    """The diagnosis a failure's message holds: its lines that name a known mistake or give the possible causes
+    (a grade's table shows them under the failure's first line)."""
+    lines = [line.strip() for line in message.splitlines()[1:]]
+    return [line for line in lines if line.startswith(SAID) or SEVERAL in line]
+
+
 def enabled() -> bool:
     return os.environ.get(SWITCH, "").lower() not in ("off", "0", "no", "false")
 
@@ -116,7 +127,7 @@ def diagnose(ctx: CheckContext, name: str) -> list[str]:
         return ["  " + marker(shown[0].advice, shown[0].name)]
     if 1 < len(shown) <= MAX_NAMED:
         return [
-            f"  {len(shown)} known mistakes give these same numbers here; it looks like one of them:",
+            f"  {len(shown)} {SEVERAL}; it looks like one of them:",
             *("  " + marker(m.advice, m.name) for m in shown),
         ]
     if not shown and found:

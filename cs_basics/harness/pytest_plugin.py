@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from cs_basics.harness import diagnosis
-from cs_basics.harness.cases import Case, run_call, run_check
+from cs_basics.harness.cases import Case, rerun_line, run_call, run_check
 from cs_basics.harness.config import Assignment
 from cs_basics.harness.device import DEVICE_ENV, choose_device, use_exact_float32
 from cs_basics.harness.fixtures import REGENERATE, FixtureError
@@ -167,11 +167,18 @@ def run_graded(
     try:
         with watch, diagnosis.crashes_noted(case, inputs):
             outputs = plain_outputs(run_call(case, adapters, inputs, device))  # copied while the watch is open
-    except Exception:  # a forbidden operator before a crash is a breach, as in the grader (Ctrl-C stays Ctrl-C)
+    except Exception as err:  # a forbidden operator before a crash is a breach, as in the grader (Ctrl-C stays Ctrl-C)
         fail_if_breached()
+        err.add_note(rerun_line(case))  # under the student's traceback (the harness's frames are hidden)
         raise
     fail_if_breached()
-    run_check(case, inputs, expected, outputs, device)
+    try:
+        run_check(case, inputs, expected, outputs, device)
+    except AssertionError as err:  # the check's message says it all: no traceback of the harness before it
+        failure = str(err)
+    else:
+        return
+    pytest.fail(failure, pytrace=False)
 
 
 @pytest.fixture(scope="session")
@@ -185,7 +192,12 @@ def run_graded_case(
     assignment: Assignment, device: torch.device, from_scratch: FromScratch, from_scratch_breaches: dict[str, str]
 ) -> Callable[[Case, ModuleType], None]:
     """Run one case through the given adapters module on the session's device, under the grader's rules."""
-    return lambda case, adapters: run_graded(case, adapters, assignment, device, from_scratch, from_scratch_breaches)
+
+    def run(case: Case, adapters: ModuleType) -> None:
+        __tracebackhide__ = True
+        run_graded(case, adapters, assignment, device, from_scratch, from_scratch_breaches)
+
+    return run
 
 
 def test_fixtures_match_the_cases(assignment: Assignment) -> None:
@@ -195,6 +207,14 @@ def test_fixtures_match_the_cases(assignment: Assignment) -> None:
     problems = assignment.fixture_problems()
     stores = " ".join(str(store.root.relative_to(assignment.root)) for store, _ in assignment.stores())
     assert not problems, "\n".join(problems) + f"\nfix: `git checkout -- {stores}` or `{REGENERATE}`"
+
+
+def thin_test_hidden(excinfo: pytest.ExceptionInfo | None) -> bool:
+    """Whether pytest hides a graded test's own frame: it shows only `case = Case(...)` and the one call, so a
+    crash's traceback starts at the student's code. A failure without a traceback (pytest.fail(pytrace=False):
+    a wrong value) keeps it, the frame that carries the message alone."""
+    failure = excinfo.value if excinfo is not None else None
+    return not (isinstance(failure, pytest.fail.Exception) and not failure.pytrace)
 
 
 def graded(test: Callable) -> Callable:
@@ -207,4 +227,5 @@ def graded(test: Callable) -> Callable:
     ]
     if not params:
         raise ValueError(f"no graded case names the test {test.__name__}")
+    test.__globals__.setdefault("__tracebackhide__", thin_test_hidden)  # pytest reads it from a frame's globals
     return pytest.mark.parametrize("case", params)(test)

@@ -24,10 +24,15 @@ from pathlib import Path
 from cs_basics.harness.config import Assignment
 from cs_basics.harness.course.handout import (
     ALWAYS_LEFT_OUT,
+    LOCK_PATH,
     Content,
+    HandoutError,
     course_files,
     handout_files,
+    is_fixture,
     pyproject_without,
+    under,
+    untracked_files,
 )
 from cs_basics.harness.course.setup_script import SETUP
 from cs_basics.harness.grading.upload import WRITTEN_KEY, written_files
@@ -52,19 +57,24 @@ class BundleError(Exception):
 
 def grader_files(assignment: Assignment) -> dict[Path, Content]:
     """What the grader ships (relative path -> content): the handout's files, the hidden cases, the staff's code
-    and the carried path dependencies, with pyproject.toml and uv.lock naming where those now are."""
+    and the carried path dependencies, with pyproject.toml and uv.lock naming where those now are. An allowlist,
+    as the handout's: of the hidden folder its Python files and its fixtures, of the staff's code what
+    `staff_code` names; only files git tracks (BundleError names one it does not)."""
     root = assignment.root
-    files, _ = handout_files(assignment)
+    try:
+        files, _ = handout_files(assignment)
+    except HandoutError as err:
+        raise BundleError(str(err)) from None
     files.pop(Path(".github/workflows/classroom.yml"), None)
-    kept = [*([assignment.table["hidden"]] if "hidden" in assignment.table else []), *assignment.staff_code]
-    for rel in course_files(root):
-        inside = any(rel == Path(k) or rel.is_relative_to(k) for k in kept)
-        if inside and (root / rel).is_file() and not ALWAYS_LEFT_OUT & set(rel.parts):
-            files[rel] = root / rel
+    staff = [rel for rel in course_files(root) if staff_file(assignment, rel) and (root / rel).is_file()]
+    untracked = sorted(set(staff) & untracked_files(root))
+    if untracked:
+        raise BundleError(f"git does not track {', '.join(map(str, untracked))} in {root}: `git add` or remove them")
+    files |= {rel: root / rel for rel in staff}
     for script in SCRIPTS:
         files.pop(Path(script), None)  # the bundle writes its own
     pyproject = (root / "pyproject.toml").read_text()
-    pyproject = pyproject_without(pyproject, ("handout_readme",), set(assignment.handout_exclude))
+    pyproject = pyproject_without(pyproject, ("handout_readme", "handout_sources"), set(assignment.handout_exclude))
     pyproject = with_written_files(pyproject, written_files(assignment))
     lock = (root / "uv.lock").read_text() if (root / "uv.lock").is_file() else None
     for name, outside in path_dependencies(root, pyproject, lock).items():
@@ -75,6 +85,16 @@ def grader_files(assignment: Assignment) -> dict[Path, Content]:
     if lock is not None:
         files[Path("uv.lock")] = lock
     return files
+
+
+def staff_file(assignment: Assignment, rel: Path) -> bool:
+    """A file of the staff's that grading needs: the hidden cases' Python files and fixtures, the `staff_code`."""
+    if ALWAYS_LEFT_OUT & set(rel.parts):
+        return False
+    hidden = assignment.table.get("hidden")
+    if hidden and ((under(rel, hidden) and rel.suffix == ".py") or is_fixture(Path(hidden) / "fixtures", rel)):
+        return True
+    return under(rel, *assignment.staff_code)
 
 
 def with_written_files(pyproject: str, written: list[Path]) -> str:
@@ -116,21 +136,28 @@ def path_dependencies(root: Path, pyproject: str, lock: str | None) -> dict[str,
     return found
 
 
-LOCK_PATH = re.compile(r'\b(editable|directory|path) = "([^"]*)"')
-
-
 def lock_paths(lock: str) -> set[str]:
     return {m.group(2) for m in LOCK_PATH.finditer(lock)}
 
 
+# Of a previous course the bundle carries only what installs it and what grading runs: the harness (the grader's
+# own tooling, less the previous course's study kernel and experiments) and its packages' top `__init__.py`. Its
+# tests, fixtures, students' files and study are that course's: a submission brings its own student code.
+HARNESS = ("cs_basics/harness", "cs_basics/cli.py")
+# the tables of a previous course's pyproject.toml that its install reads (a build backend's, uv's); the rest
+# ([tool.cs-basics], pytest's, ruff's ...) is that course's own
+INSTALL_TABLES = ("project", "build-system", "dependency-groups", "tool.uv", "tool.hatch", "tool.setuptools")
+
+
 def dependency_files(where: Path, course: Path) -> dict[Path, Content]:
-    """A path dependency's files as the bundle carries them: a course's handout (its students' files cut: never
-    a solution), else the files its git tracks; a wheel or an sdist, itself."""
+    """A path dependency's files as the bundle carries them: a previous course's installable harness (never a
+    test, fixture, student file or solution of it), else the files its git tracks; a wheel or an sdist, itself."""
     if where.is_file():
         return {Path(where.name): where}
-    table = tomllib.loads((where / "pyproject.toml").read_text()).get("tool", {}).get("cs-basics")
+    pyproject = (where / "pyproject.toml").read_text()
+    table = tomllib.loads(pyproject).get("tool", {}).get("cs-basics")
     if table is not None:
-        return handout_files(Assignment(where, table))[0]
+        return installable_files(Assignment(where, table), pyproject)
     files: dict[Path, Content] = {}
     for rel in course_files(where):
         if (
@@ -140,6 +167,35 @@ def dependency_files(where: Path, course: Path) -> dict[Path, Content]:
         ):
             files[rel] = where / rel
     return files
+
+
+def installable_files(previous: Assignment, pyproject: str) -> dict[Path, Content]:
+    """A previous course as a next course's grader carries it: its pyproject.toml's install tables, a README where
+    it names one, its packages' top `__init__.py`, and the harness where it holds it."""
+    root = previous.root
+    files: dict[Path, Content] = {Path("pyproject.toml"): install_tables(pyproject)}
+    readme = tomllib.loads(pyproject).get("project", {}).get("readme")
+    readme = readme.get("file") if isinstance(readme, dict) else readme
+    if isinstance(readme, str):  # the build reads it; the previous course's own README is that course's
+        files[Path(readme)] = f"The grading harness of {root.name}, carried by a next course's grader.\n"
+    packages = [Path(rel) / "__init__.py" for rel in previous.student_code if (root / rel).is_dir()]
+    for rel in course_files(root):
+        if (root / rel).is_file() and (rel in packages or (rel.suffix == ".py" and under(rel, *HARNESS))):
+            files[rel] = root / rel
+    return files
+
+
+def install_tables(pyproject: str) -> str:
+    """pyproject.toml with only the tables an install reads (INSTALL_TABLES and their sub-tables)."""
+    kept, keep = [], True
+    for line in pyproject.splitlines(keepends=True):
+        header = re.match(r"\[\[?\s*([^\]\s]+)\s*\]", line)
+        if header:
+            name = header[1].replace('"', "")
+            keep = any(name == t or name.startswith(t + ".") for t in INSTALL_TABLES)
+        if keep:
+            kept.append(line)
+    return re.sub(r"\n{3,}", "\n\n", "".join(kept))
 
 
 def moved_dependency(

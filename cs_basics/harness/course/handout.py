@@ -28,6 +28,7 @@ import tempfile
 import tomllib
 import xml.etree.ElementTree as ET
 import zipfile
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -35,6 +36,7 @@ import torch
 from cs_basics.harness.config import Assignment
 from cs_basics.harness.course import casecheck, classroom
 from cs_basics.harness.grading.grade import grade, student_files
+from cs_basics.harness.rule.fromscratch import TOOLING
 
 BEGIN, END = "# BEGIN SOLUTION", "# END SOLUTION"
 # tooling that computes an answer from scratch: its body is cut as the student's files are (the rule also
@@ -100,17 +102,23 @@ def without_unused_imports(text: str, name: str = "<file>") -> str:
 
 
 def repository_files(root: Path) -> list[Path]:
-    """The files git tracks (or every file, outside a git checkout), relative to the root."""
+    """The files git tracks or would track (not ignored), or every file outside a git checkout, relative to the
+    root."""
+    listed = git_files(root, "--cached", "--others", "--exclude-standard")
+    return listed if listed is not None else [p.relative_to(root) for p in root.rglob("*") if p.is_file()]
+
+
+def untracked_files(root: Path) -> set[Path]:
+    """The files git does not track and does not ignore (none outside a git checkout), relative to the root."""
+    return set(git_files(root, "--others", "--exclude-standard") or ())
+
+
+def git_files(root: Path, *which: str) -> list[Path] | None:
     try:
-        listed = subprocess.run(
-            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-            cwd=root,
-            capture_output=True,
-            check=True,
-        )
-        return [Path(p) for p in listed.stdout.decode().split("\0") if p]
+        listed = subprocess.run(["git", "ls-files", "-z", *which], cwd=root, capture_output=True, check=True)
     except (OSError, subprocess.CalledProcessError):
-        return [p.relative_to(root) for p in root.rglob("*") if p.is_file()]
+        return None
+    return [Path(p) for p in listed.stdout.decode().split("\0") if p]
 
 
 def left_out(assignment: Assignment, path: Path) -> bool:
@@ -153,10 +161,71 @@ def is_bundle_zip(path: Path) -> bool:
 
 def handout_pyproject(text: str, assignment: Assignment) -> str:
     """The staff-only keys out: the hidden folder, the student README's source (it is the handout's
-    README.md), and test paths the handout does not have."""
-    return pyproject_without(
-        text, ("hidden", "handout_readme"), {*assignment.handout_exclude, assignment.table.get("hidden", "")}
+    README.md), the handout's sources, and test paths the handout does not have; each dependency of
+    `handout_sources` given as the students have it."""
+    text = pyproject_without(
+        text,
+        ("hidden", "handout_readme", "handout_sources"),
+        {*assignment.handout_exclude, assignment.table.get("hidden", "")},
     )
+    for name, source in handout_sources(assignment).items():
+        text = with_source(text, name, source)
+    return text
+
+
+def handout_sources(assignment: Assignment) -> dict[str, dict]:
+    """`handout_sources`: the [tool.uv.sources] entries the handout gives instead of the staff's, each dependency
+    as a student has it (their previous assignment, at a path the handout's README names). Only path sources:
+    the handout's uv.lock names the same path (a git source's lock entry needs a commit only `uv lock` finds)."""
+    sources = assignment.table.get("handout_sources", {})
+    for name, source in sources.items():
+        where = source.get("path") if isinstance(source, dict) else None
+        if not isinstance(where, str) or Path(where).is_absolute() or set(source) - {"path", "editable"}:
+            raise HandoutError(
+                f"{assignment.root / 'pyproject.toml'}: handout_sources {name} = {source!r}: give a relative path, "
+                'as a student has it: { path = "../cs_basics", editable = true }'
+            )
+    return sources
+
+
+def inline_table(table: dict) -> str:
+    """A TOML inline table of strings and booleans: `{ path = "../x", editable = true }`."""
+    values = {k: ("true" if v else "false") if isinstance(v, bool) else f'"{v}"' for k, v in table.items()}
+    return "{ " + ", ".join(f"{k} = {v}" for k, v in values.items()) + " }"
+
+
+def with_source(pyproject: str, name: str, source: dict) -> str:
+    """pyproject.toml with [tool.uv.sources] `name` replaced by `source` (one line either way)."""
+    section = re.search(r"(?ms)^\[tool\.uv\.sources\]\s*$(.*?)(?=^\[|\Z)", pyproject)
+    line = re.compile(rf'(?m)^"?{re.escape(name)}"?\s*=.*$')
+    if section is None or not line.search(section[1]):
+        raise HandoutError(f"handout_sources names {name}, which [tool.uv.sources] does not: nothing to replace")
+    body = line.sub(lambda m: f"{name} = {inline_table(source)}", section[1], count=1)
+    text = pyproject[: section.start(1)] + body + pyproject[section.end(1) :]
+    if tomllib.loads(text)["tool"]["uv"]["sources"][name] != source:
+        raise HandoutError(f"cannot replace [tool.uv.sources] {name} in pyproject.toml: write it on one line")
+    return text
+
+
+LOCK_PATH = re.compile(r'\b(editable|directory|path) = "([^"]*)"')  # where uv.lock says a local package is
+
+
+def handout_lock(assignment: Assignment, lock: str) -> str:
+    """uv.lock with each dependency of `handout_sources` where the handout's pyproject.toml puts it."""
+    root = assignment.root
+    staff = tomllib.loads((root / "pyproject.toml").read_text()).get("tool", {}).get("uv", {}).get("sources", {})
+    for name, source in handout_sources(assignment).items():
+        was = staff.get(name)
+        if not isinstance(was, dict) or "path" not in was:
+            raise HandoutError(f"handout_sources names {name}, whose [tool.uv.sources] entry is no path")
+        where = (root / was["path"]).resolve()
+        lock = LOCK_PATH.sub(partial(moved_to, root, where, source["path"]), lock)
+    return lock
+
+
+def moved_to(root: Path, where: Path, new: str, match: re.Match) -> str:
+    """A uv.lock path (`editable = "../.."`): `new` where it leads to `where`, else as it is."""
+    return f'{match[1]} = "{new}"' if (root / match[2]).resolve() == where else match[0]
 
 
 def pyproject_without(text: str, keys: tuple[str, ...], gone: set[str]) -> str:
@@ -178,22 +247,66 @@ def student_readme(assignment: Assignment) -> Path | None:
 # a file of a cut: its new text, or the repository file to copy as it is
 Content = str | Path
 
+# What a handout may hold, and nothing else (a file the staff made beside the course, a results file with hidden
+# cases' messages, a stray `oom`, never reaches a student): the project's files, the fixtures, the test packages,
+# the student's files, the harness the students run (where the course holds it), the Classroom workflow the
+# handout writes, and what the course adds by name (`handout_include`).
+PROJECT_FILES = ("pyproject.toml", "uv.lock", "README.md", ".gitignore", "conftest.py")
+WRITTEN = (Path(".github/workflows/classroom.yml"),)
+
+
+def is_fixture(store: Path, rel: Path) -> bool:
+    """A file of a fixture store (its manifest and its tensors) at `store`, relative to the same root as `rel`."""
+    return rel.parent == store and (rel.name == "MANIFEST.json" or rel.suffix == ".safetensors")
+
+
+def under(rel: Path, *folders: str | Path) -> bool:
+    return any(rel == Path(f) or rel.is_relative_to(f) for f in folders)
+
+
+def allowed(assignment: Assignment, rel: Path) -> str | None:
+    """Why the file at `rel` (relative to the course's root, or to a handout's) belongs in the handout, or None:
+    the handout's allowlist. `handout_exclude` and the hidden folder still leave out what it admits."""
+    packages = {Path(module.split(".")[0]) for module in (assignment.table.get("cases", "tests.cases"),
+                                                          assignment.adapters_module)}  # fmt: skip
+    if rel in WRITTEN or (len(rel.parts) == 1 and rel.name in PROJECT_FILES):
+        return "the project"
+    if is_fixture(Path(assignment.table.get("fixtures", "fixtures")), rel):
+        return "a fixture"
+    if rel.suffix == ".py" and under(rel, *packages):
+        return "a test module"
+    if rel.suffix == ".py" and under(rel, *assignment.student_code, *TOOLING):
+        return "the student's code or the harness they run"
+    if under(rel, *assignment.table.get("handout_include", [])):
+        return "handout_include"
+    return None
+
 
 def handout_files(assignment: Assignment) -> tuple[dict[Path, Content], list[str]]:
-    """What the handout holds (relative path -> its content) and the solution lines cut from it."""
+    """What the handout holds (relative path -> its content) and the solution lines cut from it: the files of the
+    allowlist (`allowed`) that git tracks. HandoutError names one it would hold that git does not track."""
     root = assignment.root
     students = {p.relative_to(root) for p in student_files(assignment, root)}
     students |= {p for p in STUDY_SOLUTIONS if (root / p).is_file()}
     files: dict[Path, Content] = {}
     removed: list[str] = []
-    for rel in course_files(root):
-        if left_out(assignment, rel) or not (root / rel).is_file():
+    chosen = [r for r in course_files(root) if not left_out(assignment, r) and allowed(assignment, r)]
+    untracked = sorted(set(chosen) & untracked_files(root))
+    if untracked:
+        raise HandoutError(
+            f"git does not track {', '.join(map(str, untracked[:10]))}{' ...' if len(untracked) > 10 else ''} in "
+            f"{root}: a handout holds only what the repository tracks; `git add` or remove them"
+        )
+    for rel in chosen:
+        if not (root / rel).is_file():
             continue
         if rel in students:
             files[rel], cut_lines = cut((root / rel).read_text(), str(rel))
             removed += cut_lines
         elif rel == Path("pyproject.toml"):
             files[rel] = handout_pyproject((root / rel).read_text(), assignment)
+        elif rel == Path("uv.lock") and handout_sources(assignment):
+            files[rel] = handout_lock(assignment, (root / rel).read_text())
         elif rel == Path("README.md") and student_readme(assignment):
             files[rel] = student_readme(assignment).read_text()
         else:
@@ -241,14 +354,15 @@ def max_score(assignment: Assignment) -> float:
 
 def check(assignment: Assignment, out: Path, removed: list[str]) -> list[str]:
     """What is wrong with the handout at `out`; empty when it is right."""
-    problems = leaked_solution(assignment, out, removed)
+    problems = not_allowed(assignment, out)  # first: the checks below leave an environment and caches there
+    problems += leaked_solution(assignment, out, removed)
     if assignment.hidden_dir and any(
         p.is_relative_to(out / assignment.hidden_dir.name) for p in out.rglob("*") if p.is_file()
     ):
         problems.append("the hidden cases are in the handout")
-    problems += check_readme(assignment, out) + check_ruff(out)
+    problems += staff_paths(assignment, out) + check_readme(assignment, out) + check_ruff(out)
     problems += casecheck.shipped_answers(assignment)  # an oracle or known mistake a student could copy
-    problems += check_pytest(out)
+    problems += check_pytest(out, previous_assignments(assignment))
     device = torch.device("cpu")
     handout_grade = grade(assignment, out, device)
     if handout_grade.score != 0:
@@ -257,6 +371,52 @@ def check(assignment: Assignment, out: Path, removed: list[str]) -> list[str]:
     if abs(solution_grade.score - solution_grade.max_score) > 1e-9:
         problems.append(f"grading the solution gives {solution_grade.score:.3g}/{solution_grade.max_score:.3g}")
     return problems
+
+
+def staff_paths(assignment: Assignment, out: Path) -> list[str]:
+    """What in the handout only works on the staff's machine: an absolute path in any of its text files (the
+    course's own folder, or any path in pyproject.toml or uv.lock), a dependency at a path outside the handout
+    that `handout_sources` does not give, or one whose path the handout's README does not name."""
+    problems = []
+    roots = {str(assignment.root), str(assignment.root.resolve())}
+    for path in sorted(out.rglob("*")):
+        rel = path.relative_to(out)
+        if path.is_file() and not ALWAYS_LEFT_OUT & set(rel.parts) and path.suffix not in (".safetensors", ".pyc"):
+            text = path.read_text(errors="replace")
+            problems += [f"{rel} names the staff's folder {root}" for root in sorted(roots) if root in text]
+    pyproject, lock = out / "pyproject.toml", out / "uv.lock"
+    sources = tomllib.loads(pyproject.read_text()).get("tool", {}).get("uv", {}).get("sources", {})
+    listed = [(n, s) for n, one in sources.items() for s in (one if isinstance(one, list) else [one])]
+    paths = {f"[tool.uv.sources] {n}": s["path"] for n, s in listed if "path" in s}
+    paths |= {f"uv.lock's {m[2]}": m[2] for m in LOCK_PATH.finditer(lock.read_text() if lock.is_file() else "")}
+    given = {s["path"] for s in handout_sources(assignment).values()}
+    readme = (out / "README.md").read_text() if (out / "README.md").is_file() else ""
+    for name, where in paths.items():
+        if Path(where).is_absolute() or where.startswith("file:"):
+            problems.append(f"the handout's {name} is the absolute path {where}: a student has nothing there")
+        elif not (out / where).resolve().is_relative_to(out.resolve()) and where.rstrip("/") not in given:
+            problems.append(
+                f"the handout's {name} is at {where}, where the staff have it: give it as a student has it "
+                '([tool.cs-basics] handout_sources = { NAME = { path = "../previous", editable = true } })'
+            )
+    problems += [f"the handout's README.md does not say where to put {where}" for where in given if where not in readme]
+    return problems
+
+
+def not_allowed(assignment: Assignment, out: Path) -> list[str]:
+    """Each file in the handout at `out` that its allowlist does not admit, or that the course leaves out."""
+    found = [p.relative_to(out) for p in sorted(out.rglob("*")) if p.is_file() or p.is_symlink()]
+    return [
+        f"{rel} is in the handout, but it is nothing a student needs (the handout's allowlist: {ALLOWLIST})"
+        for rel in found
+        if not ALWAYS_LEFT_OUT & set(rel.parts) and (left_out(assignment, rel) or not allowed(assignment, rel))
+    ]
+
+
+ALLOWLIST = (
+    "pyproject.toml, uv.lock, README.md, .gitignore, the fixtures, the test packages' and the student's Python "
+    "files, the harness, handout_include"
+)
 
 
 def code_lines(text: str) -> list[str]:
@@ -324,8 +484,21 @@ def check_ruff(out: Path) -> list[str]:
     return []
 
 
-def check_pytest(out: Path) -> list[str]:
-    """`uv run pytest` in the handout: it runs, and every graded test fails with NotImplementedError."""
+def previous_assignments(assignment: Assignment) -> dict[str, Path]:
+    """Each path of `handout_sources` (where a student keeps a previous assignment, relative to the handout) and
+    the folder the staff's own [tool.uv.sources] gives for it: what the handout's check puts there."""
+    staff = tomllib.loads((assignment.root / "pyproject.toml").read_text()).get("tool", {}).get("uv", {})
+    sources = staff.get("sources", {})
+    return {
+        source["path"]: (assignment.root / sources[name]["path"]).resolve()
+        for name, source in handout_sources(assignment).items()
+    }
+
+
+def check_pytest(out: Path, previous: dict[str, Path] | None = None) -> list[str]:
+    """`uv run pytest` in the handout: it runs, and every graded test fails with NotImplementedError. A handout
+    that expects a student's previous assignment beside it (`previous`: its path -> a folder that stands for it)
+    runs from a copy laid out that way, in a temporary folder."""
     uv = shutil.which("uv")
     if uv is None:
         return ["cannot check the handout: no `uv` on PATH (pip install uv)"]
@@ -333,6 +506,8 @@ def check_pytest(out: Path) -> list[str]:
     env["UV_PYTHON_DOWNLOADS"] = "never"
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "report.xml"
+        if previous:
+            out = laid_out_beside(out, previous, Path(tmp) / "layout")
         command = [uv, "run", "--frozen", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}"]
         done = subprocess.run(command, cwd=out, env=env, capture_output=True, text=True, timeout=1200)
         if not report.is_file():
@@ -352,3 +527,16 @@ def check_pytest(out: Path) -> list[str]:
         if "NotImplementedError" not in text:
             problems.append(f"{case.get('name')} does not fail with NotImplementedError in the handout")
     return problems
+
+
+def laid_out_beside(handout: Path, previous: dict[str, Path], top: Path) -> Path:
+    """A copy of the handout under `top`, each previous assignment linked at its relative path from it (deep
+    enough below `top` for every `..` of those paths); returns the copy."""
+    depth = max(len([part for part in Path(p).parts if part == ".."]) for p in previous)
+    copy = top.joinpath(*(f"up{i}" for i in range(depth)), handout.name)
+    shutil.copytree(handout, copy, ignore=shutil.ignore_patterns(*ALWAYS_LEFT_OUT))
+    for where, folder in previous.items():
+        link = Path(os.path.normpath(copy / where))
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(folder, target_is_directory=True)
+    return copy

@@ -1,26 +1,40 @@
-"""`cs-basics new NAME`: the skeleton of a next assignment that passes its own tests.
+"""`cs-basics new NAME`: the skeleton of a next assignment that passes its own tests, and cuts a handout students
+can install.
 
 One problem (ReLU, its oracle torch's own relu, which the rule forbids students), declared once in
 tests/cases.py, with a public and a hidden case, a known mistake, the student's function with its solution
-region, its fixtures made, and the harness as a dependency:
-- by default a path dependency on the cs-basics checkout this command runs from (editable: the course's
-  staff work beside a clone of the harness, as examples/ does);
+region, its fixtures made, what `cs-basics handout` and a CI need (ruff in the dev group and its config, a
+.gitignore that keeps grades out of git), the handout's README, and the harness as a dependency, written the
+way this cs-basics was installed (it may be a copy that cannot be written to; nothing is written there):
+- run from a checkout of cs-basics: a path dependency on it, relative, editable (the course's staff work
+  beside a clone of the harness, as examples/ does);
+- installed from git: that repository at the commit installed; from a local folder or file: that path;
+  from a package index: none (the index's `cs-basics`);
 - or whatever `--harness` says, written as it is into `[tool.uv.sources]`, e.g.
   `--harness '{ git = "https://github.com/COURSE/cs_basics", tag = "v1" }'` for a harness the course
-  publishes from git. (The Gradescope bundle must carry a path dependency: see docs/assignments.md.)
+  publishes from git.
+A harness at a path is the staff's layout: the handout gives the students' own previous assignment instead,
+beside the handout as its README says (`handout_sources`).
 """
 
 from __future__ import annotations
 
+import importlib.metadata
+import json
 import keyword
+import os
 import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
+from urllib.parse import unquote, urlparse
 
 import cs_basics
+from cs_basics.harness.grading.formats import WRITERS
 
-HARNESS_ROOT = Path(cs_basics.__file__).resolve().parent.parent  # the checkout holding cs_basics/
+HARNESS_ROOT = Path(cs_basics.__file__).resolve().parent.parent  # the checkout (or site-packages) holding cs_basics/
+PREVIOUS = "../cs_basics"  # where the handout expects the students' previous assignment (its README says so)
 
 
 FIXTURE_TEST = "test_fixtures_match_the_cases"
@@ -30,9 +44,34 @@ class NewError(Exception):
     pass
 
 
-def files(package: str, project: str, harness: str) -> dict[str, str]:
-    """The skeleton's files by path, for the student package `package`."""
+def gitignore() -> str:
+    """The course's .gitignore: environments and caches, and every file `cs-basics grade` writes by default (grades,
+    with hidden cases' messages: never committed; the handout's allowlist leaves them out besides)."""
+    written = sorted({w.default_file for w in WRITERS.values() if w.default_file})
+    return (
+        "\n".join([".venv/", "__pycache__/", "*.pyc", ".pytest_cache/", ".ruff_cache/", *written, "/results/"]) + "\n"
+    )
+
+
+def files(package: str, project: str, harness: str | None) -> dict[str, str]:
+    """The skeleton's files by path, for the student package `package`; `harness`: cs-basics's [tool.uv.sources]
+    entry (None: from the package index)."""
     test_module = "from cs_basics.harness import graded\n\nfrom . import adapters\n\n\n@graded\ndef {name}(case, run_graded_case):\n    run_graded_case(case, adapters)\n"  # noqa: E501
+    at_path = harness is not None and tomllib.loads(f"h = {harness}")["h"].get("path") is not None
+    sources = f"\n[tool.uv.sources]\ncs-basics = {harness}\n" if harness else ""
+    handout_sources = (
+        "# the previous assignment as a student has it, beside the handout (its README, student/README.md, says so)\n"
+        f'handout_sources = {{ cs-basics = {{ path = "{PREVIOUS}", editable = true }} }}\n'
+        if at_path
+        else ""
+    )
+    where = (
+        f"Keep this folder beside your copy of the previous assignment, in a folder named `{PREVIOUS[3:]}`:\n"
+        f"`pyproject.toml` finds it at `{PREVIOUS}` (if yours is elsewhere, put its relative path there instead). "
+        "Its grading harness runs these tests.\n\n"
+        if at_path
+        else ""
+    )
     return {
         "pyproject.toml": f'''[project]
 name = "{project}"
@@ -41,13 +80,13 @@ description = "The next assignment, graded by the cs-basics harness"
 requires-python = ">=3.11"
 dependencies = ["cs-basics"]
 
+[dependency-groups]
+dev = ["ruff>=0.8"]  # `cs-basics handout` checks the handout with it, and so can CI
+
 [tool.uv]
 package = false  # the student's code is imported from this folder; nothing to build
 python-preference = "only-system"
-
-[tool.uv.sources]
-cs-basics = {harness}
-
+{sources}
 [tool.cs-basics]
 fixtures = "fixtures"
 cases = "tests.cases"
@@ -55,7 +94,8 @@ adapters = "tests.adapters"
 hidden = "hidden"  # staff only: hidden cases (and any oracle or mistake that computes from scratch)
 student_code = ["{package}"]
 one_line_adapters = true
-# each problem (points, adapter calls, reference, rule, known mistakes) is declared in tests/cases.py
+handout_readme = "student/README.md"  # the handout's README.md
+{handout_sources}# each problem (points, adapter calls, reference, rule, known mistakes) is declared in tests/cases.py
 
 [tool.pytest.ini_options]
 testpaths = ["tests", "hidden"]
@@ -65,10 +105,23 @@ timeout = 300
 
 [tool.ruff]
 line-length = 120
+target-version = "py311"
+
+[tool.ruff.lint]
+select = ["E", "F", "W", "I", "B", "UP", "SIM", "RUF"]
 ''',
+        ".gitignore": gitignore(),
         "README.md": f"# {project}\n\nThe next assignment on the cs-basics harness: `uv run pytest`, "
-        "`uv run cs-basics fixtures`, `uv run cs-basics check-cases`, `uv run cs-basics grade`. Add a problem "
-        "in `tests/cases.py` (see the harness's docs/assignments.md).\n",
+        "`uv run cs-basics fixtures`, `uv run cs-basics check-cases`, `uv run cs-basics grade`, "
+        "`uv run cs-basics handout ../handout`. Add a problem in `tests/cases.py` (see the harness's "
+        "docs/assignments.md); the students' README is `student/README.md`.\n",
+        "student/README.md": f"# {project}\n\nWrite `relu` in `{package}/functions.py`; the tests call it "
+        "through `tests/adapters.py`.\n\n"
+        f"{where}"
+        "```bash\nuv run pytest                 # every graded test\n"
+        "uv run pytest -k test_relu    # one problem\n```\n\n"
+        "A failure says which case failed, what differs, the known mistake it looks like where there is one, and "
+        f"the command that reruns it. Submit `{package}/`.\n",
         f"{package}/__init__.py": '"""The student\'s package."""\n',
         f"{package}/functions.py": '''"""The functions students write."""
 
@@ -152,10 +205,7 @@ def create(out: Path, harness: str | None = None) -> list[Path]:
     package = project.replace("-", "_")
     if not package.isidentifier() or keyword.iskeyword(package) or package in ("tests", "hidden", "cs_basics"):
         raise NewError(f"{out.name!r} does not make a package name of its own; choose another folder name")
-    if harness is None:
-        if not (HARNESS_ROOT / "pyproject.toml").is_file():
-            raise NewError(f"cs_basics is not a checkout here ({HARNESS_ROOT}); give --harness, e.g. a git source")
-        harness = f'{{ path = "{HARNESS_ROOT}", editable = true }}'
+    harness = harness_source(out) if harness is None else harness
     written = []
     for rel, text in files(package, project, harness).items():
         path = out / rel
@@ -169,3 +219,43 @@ def create(out: Path, harness: str | None = None) -> list[Path]:
     if made.returncode != 0:  # its own process: the skeleton's `tests` package is not this checkout's
         raise NewError(f"making the fixtures failed:\n{made.stdout}{made.stderr}")
     return written
+
+
+def harness_source(out: Path) -> str | None:
+    """cs-basics's [tool.uv.sources] entry for a course at `out`, as this cs-basics was installed (None: from the
+    package index). Paths are relative to `out`: nothing of this machine's layout but the two folders' places."""
+    if is_checkout(HARNESS_ROOT):
+        return f'{{ path = "{relative(HARNESS_ROOT, out)}", editable = true }}'
+    url = installed_from()
+    if url is None:
+        return None
+    where = urlparse(url["url"])
+    if "vcs_info" in url:
+        vcs = url["vcs_info"]
+        return f'{{ {vcs.get("vcs", "git")} = "{url["url"]}", rev = "{vcs["commit_id"]}" }}'
+    if where.scheme != "file":
+        return f'{{ url = "{url["url"]}" }}'
+    local = Path(unquote(where.path))
+    editable = ", editable = true" if url.get("dir_info", {}).get("editable") else ""
+    return f'{{ path = "{relative(local, out)}"{editable} }}'
+
+
+def is_checkout(folder: Path) -> bool:
+    """A folder holding cs-basics's own pyproject.toml (a clone of the harness, not an installed copy)."""
+    try:
+        return tomllib.loads((folder / "pyproject.toml").read_text())["project"]["name"] == "cs-basics"
+    except (OSError, KeyError, tomllib.TOMLDecodeError):
+        return False
+
+
+def installed_from() -> dict | None:
+    """Where the installed cs-basics came from (PEP 610's direct_url.json); None from a package index."""
+    try:
+        text = importlib.metadata.distribution("cs-basics").read_text("direct_url.json")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    return json.loads(text) if text else None
+
+
+def relative(path: Path, out: Path) -> str:
+    return Path(os.path.relpath(path.resolve(), out.resolve())).as_posix()

@@ -23,6 +23,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from cs_basics.harness import diagnosis
 from cs_basics.harness.config import HIDDEN_VISIBILITIES, Assignment, ConfigError
 from cs_basics.harness.grading.grade import Grade
 from cs_basics.harness.text import json_text, printable, safe_terminal
@@ -137,6 +138,8 @@ def print_table(grade: Grade, console: Console | None = None) -> None:
             # never wrapped: a wrap could start a line with the student's `::command::`, which GitHub's runner obeys
             name = escape(printable(test_name(t.case)))
             console.print(f"[red]{name}[/]: {escape(printable(first_line))}", soft_wrap=True)
+            for line in diagnosis.said(t.output):  # the known mistake it looks like, where the message names one
+                console.print(f"  {escape(printable(line))}", soft_wrap=True)
 
 
 def cut_to_bytes(text: str, limit: int, note: str = "\n[... cut]") -> str:
