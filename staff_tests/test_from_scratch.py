@@ -69,7 +69,9 @@ def source(*parts: str) -> str:
     """A whole functional.py: the usual imports, the modules the parts name that are no allowed ones (a route that
     needs them is about the record, and releases the hold they cost), then the parts."""
     body = "\n".join(textwrap.dedent(p) for p in parts)
-    routes = "".join(f"import {module}\n" for module in ("base64", "importlib") if f"{module}." in body)
+    imported = {name for line in re.findall(r"^\s*import (.*)$", body, re.M) for name in re.split(r"[\s,]+", line)}
+    used = [module for module in ("base64", "importlib") if f"{module}." in body and module not in imported]
+    routes = "".join(f"import {module}\n" for module in used)
     return routes + HEADER + body
 
 

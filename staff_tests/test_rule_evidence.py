@@ -21,6 +21,7 @@ import textwrap
 import pytest
 import torch
 
+from cs_basics.harness.config import Assignment
 from cs_basics.harness.grading.limits import Limits
 from cs_basics.harness.grading.sandbox import RunState
 from cs_basics.harness.rule.evidence import CUT_OFF, LOST_STATUS, Channel, Received, merged
@@ -177,10 +178,20 @@ def softmax(in_features, dim):
 """
 
 
+# what the two attacks on the channel use, allowed by the course here so that the channel's layer decides (else
+# their imports hold every problem before any code runs)
+CHANNEL_MODULES = ("os", "os.*", "socket", "socket.*", "stat", "stat.*")
+
+
+def allowing(assignment: Assignment, *names: str) -> Assignment:
+    """The course with `names` added to its `allowed` list, as a course's pyproject.toml adds them."""
+    return Assignment(assignment.root, {**assignment.table, "allowed": [*assignment.allowed, *names]})
+
+
 @pytest.mark.parametrize("sandbox", SANDBOXES)
 def test_a_channel_shut_before_library_arithmetic_holds_the_problem(assignment, tmp_path, sandbox):
     functional = source(SHUTS_THE_CHANNEL, attention_with(INLINE_WEIGHTS))
-    got, first = graded(assignment, tmp_path, functional, sandbox)
+    got, first = graded(allowing(assignment, *CHANNEL_MODULES), tmp_path, functional, sandbox)
     assert got[SOFTMAX] == 0.0 and got[ATTENTION] == pytest.approx(5.0), first
     assert HELD in first[SOFTMAX] and CUT_OFF in first[SOFTMAX], first[SOFTMAX]
 
@@ -190,7 +201,7 @@ def test_the_channel_cannot_be_closed_or_replaced_so_the_evidence_arrives(assign
     """dup2 over the channel and close of it are refused by the kernel: the library arithmetic after them is
     seen and named (had the descriptor been replaced, the evidence and the report would have gone nowhere)."""
     functional = source(REPLACES_THE_CHANNEL, attention_with(INLINE_WEIGHTS))
-    got, first = graded(assignment, tmp_path, functional, sandbox)
+    got, first = graded(allowing(assignment, *CHANNEL_MODULES), tmp_path, functional, sandbox)
     assert got[SOFTMAX] == 0.0 and got[ATTENTION] == pytest.approx(5.0), first
     assert HELD in first[SOFTMAX] and "Categorical.__init__" in first[SOFTMAX], first[SOFTMAX]
     assert CUT_OFF not in first[SOFTMAX], first[SOFTMAX]
@@ -381,10 +392,10 @@ def test_a_watched_gradient_edge_can_be_handed_back_to_autograd():
         assert type(edge.node).__name__ == type(edge[0]).__name__ == type(node).__name__ == "_Node"
         assert edge.node.name() == "torch::autograd::AccumulateGrad"
     assert torch.equal(grad, torch.full_like(x, 3.0))
-    # a leaf's edge is found through a view, and autograd.grad computes: library arithmetic off the glue list, as
-    # before the edge was watched (held for review in graded code, unless the course lists them)
+    # a leaf's edge is found through a view, which computes no value; autograd.grad computes: library arithmetic
+    # off the glue list (held for review in graded code, unless the course lists it)
     library = {c.function for c in watch.record.library}
-    assert library == {"torch.autograd.graph.get_gradient_edge", "torch.autograd.grad"}, watch.record
+    assert library == {"torch.autograd.grad"}, watch.record
     assert not hasattr(torch.autograd.graph.get_gradient_edge, "__wrapped__")
 
 
@@ -408,11 +419,12 @@ def test_a_forbidden_operator_run_at_import_costs_every_problem_of_the_process(a
     """Both problems forbid softmax's operators and run in one process: the import is charged to both, with
     the line (both full marks before: the import ran unwatched)."""
     functional = source(SOFTMAX_FROM_SCRATCH, attention_with(INLINE_WEIGHTS), REFUSED_AT_IMPORT)
+    line = 1 + functional.splitlines().index('    getattr(F, "soft" + "max")(torch.zeros(3), 0)')
     got, first = graded(assignment, tmp_path, functional, sandbox, released=BOTH)
     assert got == pytest.approx({SOFTMAX: 0.0, ATTENTION: 0.0}), first
     for problem in BOTH:
         assert re.search(r"aten\._?softmax, which is torch's softmax", first[problem]), first[problem]
-        assert "functional.py:27 in <module>" in first[problem], first[problem]
+        assert f"functional.py:{line} in <module>" in first[problem], first[problem]
 
 
 def test_library_arithmetic_at_import_holds_every_problem_in_the_grader_and_in_pytest(assignment, tmp_path):
@@ -433,9 +445,9 @@ def test_library_arithmetic_at_import_holds_every_problem_in_the_grader_and_in_p
     assert done.returncode == 1, done.stdout[-3000:]
     public = [c for c in assignment.cases if not c.hidden]
     assert f"{len(public)} failed" in done.stdout.splitlines()[-1], done.stdout[-3000:]  # every graded test
-    assert done.stdout.count("Categorical.__init__, called from cs_basics/nn/functional.py:26 in <module>") == len(
-        public
-    ), done.stdout[-3000:]
+    line = 1 + functional.splitlines().index(LIBRARY_AT_IMPORT.strip())
+    where = f"Categorical.__init__, called from cs_basics/nn/functional.py:{line} in <module>"
+    assert done.stdout.count(where) == len(public), done.stdout[-3000:]
 
 
 def test_a_librarys_own_import_is_not_the_students_arithmetic(tmp_path, monkeypatch):

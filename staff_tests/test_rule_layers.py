@@ -51,10 +51,9 @@ CHILD = ROOT / "cs_basics" / "harness" / "grading" / "child.py"  # loaded by pat
 # the built-in attention reached through a name built at run time: invisible to the names scan
 BUILTIN_ATTENTION = 'getattr(F, "scaled_dot_product_" + "attention")(Q, K, V, attn_mask=mask)'
 DECOMP_SOFTMAX = """
-from torch._decomp import decompositions
-
-
 def softmax(in_features, dim):
+    from torch._decomp import decompositions  # a module the course does not allow: softmax's import alone
+
     return decompositions._softmax(in_features, dim, False)
 """
 # each forges what the child reports, then calls the built-in
@@ -238,7 +237,11 @@ def test_no_honest_solution_is_held(assignment, tmp_path):
     held["reference"] = findings(assignment, ROOT)
     text = (Path(__file__).parent / "implementations.py").read_text()
     module = Module("staff_tests.implementations", "staff_tests/implementations.py", text)
-    held["implementations.py"] = {"all": [str(c) for c in constructs(module, Program([module]), [module.tree])]}
+    own = Module(
+        "cs_basics.nn.functional", "cs_basics/nn/functional.py", (ROOT / "cs_basics/nn/functional.py").read_text()
+    )
+    program = Program([module, own])  # implementations.py imports the reference, its own module as a student's
+    held["implementations.py"] = {"all": [str(c) for c in constructs(module, program, [module.tree])]}
     flagged = {name: found for name, found in held.items() if any(found.values())}
     assert not flagged, flagged
 
@@ -289,17 +292,11 @@ def held_in(tmp_path, assignment, functional: str, **modules: str) -> dict[str, 
     ],
 )
 def test_each_construct_that_reaches_into_the_interpreter_is_held_with_its_line(tmp_path, assignment, code, what):
+    # the modules imported in softmax: the course allows none of them, so that their imports hold softmax alone
     functional = f"""
-    import concurrent.futures
-    import ctypes
-    import gc
-    import inspect
-    import multiprocessing
-    import operator
-    import sys
-
-
     def softmax(x, dim, name="softmax"):
+        import concurrent.futures, ctypes, gc, importlib, inspect, multiprocessing, operator, sys
+
         _ = {code}
         return x
     """

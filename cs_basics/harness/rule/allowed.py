@@ -36,7 +36,8 @@ ALLOWED = (
     "torch.nn.modules.*", "torch.nn.common_types", "torch.linalg", "torch.special", "torch.fft", "torch.types",
     "torch.random", "torch.autograd", "torch.autograd.function", "torch.autograd.grad_mode", "torch.amp",
     "torch.amp.*", "torch.utils.checkpoint", "torch.optim", "torch.optim.*", "torch.cuda", "torch.cuda.*",
-    "torch.backends", "torch.backends.*", "torch.mps", "torch.cpu", "torch.return_types",
+    "torch.backends", "torch.backends.*", "torch.mps", "torch.cpu", "torch.return_types", "torch.distributions",
+    "torch.distributions.*", "torch.func", "torch.nn.utils", "torch.nn.utils.*", "torch.autograd.graph",
     "numpy", "numpy.linalg", "numpy.random", "numpy.fft", "numpy.typing", "numpy.lib.stride_tricks",
     "numpy.exceptions", "numpy.dtypes",
     "!torch.compile", "!torch.ops",  # code compiled to kernels of its own; every operator by name
