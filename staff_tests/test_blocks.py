@@ -252,16 +252,17 @@ def test_the_output_may_be_changed_in_place_and_a_backward_through_that_is_refus
 
 
 STUDY_KERNEL_ANSWERS = {  # a submission whose attention is the course's kernel, which the grader stages in full
+    # imported in attention: a module-level import of a module the course does not allow holds every problem
     "imported": """
-from cs_basics.study.flash import flash_attention
-
 def scaled_dot_product_attention(Q, K, V, mask=None):
+    from cs_basics.study.flash import flash_attention
+
     return flash_attention(Q, K, V, mask)
 """,
     "found at run time": """
-import importlib
-
 def scaled_dot_product_attention(Q, K, V, mask=None):
+    import importlib
+
     kernel = importlib.import_module("cs_basics." + "study.flash")
     return getattr(kernel, "flash_" + "attention")(Q, K, V, mask)
 """,

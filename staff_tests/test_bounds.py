@@ -34,7 +34,10 @@ MEMORY_GROWTH = 256 << 20  # what grading one submission may add to the grading 
 
 @pytest.fixture(scope="module", params=SANDBOXES)
 def worker(request):
-    with Worker(request.param, Limits(case_seconds=10)) as shared:
+    # released, as the staff would after reading them: these submissions reach /proc and descriptors, which is no
+    # name the course allows (held before any code runs); the bounds are what is tested
+    released = ("softmax", "scaled_dot_product_attention")
+    with Worker(request.param, Limits(case_seconds=10, released=released)) as shared:
         yield shared
 
 
@@ -152,10 +155,10 @@ def test_a_300_mb_exception_in_attention_leaves_softmax_its_points(assignment, w
     assert all(len(m) < 20_000 for m in attention)
 
 
-def test_a_case_whose_report_is_lost_fails_alone(assignment, worker, tmp_path):
+def test_a_line_the_harness_never_writes_costs_its_problem_alone(assignment, worker, tmp_path):
     """The first attention case of each process (public, then hidden) writes 100 KiB with no newline to the
-    progress channel, so the grader drops the line that reports it: that case fails with a message saying so,
-    every other case keeps its points."""
+    progress channel: a line over 64 KiB, which the harness never writes, is tampering (protocol.py). Attention
+    loses its points, saying why; softmax keeps every point and the grader finishes (exit 0)."""
     lose_report = """
     import os
     if not os.path.exists("lost"):  # once (a file in the job's own folder: globals() would hold the problem)
@@ -170,11 +173,9 @@ def test_a_case_whose_report_is_lost_fails_alone(assignment, worker, tmp_path):
     """
     folder = submission(tmp_path, wrap_attention(lose_report))
     status, data, _ = graded(assignment, worker, folder, tmp_path / "results.json")
-    failed = [t for t in data["tests"] if t["status"] == "failed"]
-    # once per process: the public cases' and the hidden cases' (a fresh process, with a fresh working folder)
-    assert status == 0 and [t["visibility"] == "visible" for t in failed] == [True, False], failed
-    for t in failed:
-        assert t["tags"] == ["scaled_dot_product_attention"] and "could not be reported" in t["output"], t
+    assert status == 0 and by_problem(data) == pytest.approx({"softmax": 1.0, "scaled_dot_product_attention": 0.0})
+    attention = [t["output"] for t in data["tests"] if t["tags"] == ["scaled_dot_product_attention"]]
+    assert any("a line over 64 KiB" in out for out in attention), attention[0]
 
 
 def test_a_job_that_leaves_a_deep_folder_in_its_own_folder_is_cleaned_up(assignment, worker, tmp_path):

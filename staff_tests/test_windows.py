@@ -40,19 +40,18 @@ NO_SCALE = "(known mistake: no_scale)"
 SOFTMAX, ATTENTION = "softmax", "scaled_dot_product_attention"
 # at import, a process in a session of its own (which ending the child's session misses) that prints once
 # the hidden inputs exist: after every public case's process has ended
+# a fork, not a program: graded code may start no program from before its first byte (child.forbid_exec)
 LEAVES_A_PROCESS = """
-import subprocess as _subprocess
-import sys as _sys
+import glob as _glob, os as _os, time as _time
 
-_WAITS = (
-    "import glob, time\\n"
-    "for _ in range(1200):\\n"
-    "    if glob.glob('../inputs/hidden*'):\\n"
-    "        print('LEFT BEHIND, SAW THE HIDDEN INPUTS', flush=True)\\n"
-    "        break\\n"
-    "    time.sleep(0.05)\\n"
-)
-_subprocess.Popen([_sys.executable, "-c", _WAITS], start_new_session=True)
+if _os.fork() == 0:
+    _os.setsid()
+    for _ in range(1200):
+        if _glob.glob("../inputs/hidden*"):
+            print("LEFT BEHIND, SAW THE HIDDEN INPUTS", flush=True)
+            break
+        _time.sleep(0.05)
+    _os._exit(0)
 """
 CRASHES_ON_5D = """
 

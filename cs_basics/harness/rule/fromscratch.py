@@ -227,6 +227,9 @@ class FromScratch:
             "adapters_path": str(self.code / (self.assignment.adapters_module.replace(".", "/") + ".py")),
             "problems": {name: [list(p.adapters), list(p.forbidden)] for name, p in self.assignment.problems.items()},
             "allowed": [*ALLOWED, *self.assignment.allowed],
+            # the student's packages as modules: a downstream course's previous assignment (its `cs_basics`) is the
+            # student's own, wherever it is installed, though its files are not this course's to scan
+            "packages": [rel.removesuffix(".py").replace("/", ".") for rel in self.assignment.student_code],
         }
 
     @property

@@ -260,9 +260,10 @@ def references(node: ast.AST) -> Iterator[tuple[list[str], int]]:
 class Program:
     """The student's modules, and what each problem's entry point reaches in them."""
 
-    def __init__(self, modules: Iterable[Module], allowed: Allowed | None = None):
+    def __init__(self, modules: Iterable[Module], allowed: Allowed | None = None, packages: Iterable[str] = ()):
         self.modules = {m.name: m for m in modules}
         self.allowed = allowed if allowed is not None else Allowed()
+        self.packages = tuple(packages)  # the student's packages, as dotted names (its modules may lie elsewhere)
         self._instances: dict[str, dict[str, bool]] = {}
         self._plain_classes: dict[tuple, bool] = {}
 
@@ -270,7 +271,10 @@ class Program:
         """Whether a dotted module name is the student's own (one of its modules, or a package holding them)."""
         return (
             bool(name)
-            and any(m == name or m.startswith(name + ".") for m in self.modules)
+            and (
+                any(m == name or m.startswith(name + ".") for m in self.modules)
+                or any(name == p or name.startswith(p + ".") for p in self.packages)
+            )
             and not any(name == t or name.startswith(t + ".") for t in TOOLING_NAMES)
         )
 
@@ -903,7 +907,8 @@ def constructs(module: Module, program: Program, nodes: Iterable[ast.AST]) -> li
                 held(n.id, "other code's objects", n.lineno)
         for chain, line in references(node):
             full, target = program.resolve(module, chain)
-            why = None if target is not None or chain[0] not in module.aliases else held_name(full, program.allowed)
+            theirs = target is not None or chain[0] not in module.aliases or program.owns(full)
+            why = None if theirs else held_name(full, program.allowed)
             if why:
                 held(full, why, line)
     unique = {(c.path, c.line, c.what): c for c in found}
@@ -1047,6 +1052,7 @@ def scan(job: dict) -> dict[str, tuple[list[Use], list[Construct]]]:
     try:
         program = Program.parse(code, [Path(f) for f in job["files"]])
         program.allowed = Allowed(job.get("allowed", ALLOWED))
+        program.packages = tuple(job.get("packages", ()))
     except (Unreadable, RecursionError, MemoryError):
         raise
     except Exception as err:  # a bug of the scan's on valid Python: every problem read by a person, not stopped
