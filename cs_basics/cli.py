@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from cs_basics.harness.grading.sandbox import Worker
+    from cs_basics.harness.grading.sandbox.worker import Worker
 
 
 def cmd_fixtures(args: argparse.Namespace) -> int:
@@ -49,8 +49,9 @@ def cmd_new(args: argparse.Namespace) -> int:
 
 def cmd_grade(args: argparse.Namespace) -> int:
     # without torch: the grading server starts first and imports torch while this process imports it too
-    from cs_basics.harness.grading.limits import limits_from
-    from cs_basics.harness.grading.sandbox import started_worker, stopping_on_signals
+    from cs_basics.harness.grading.sandbox.limits import limits_from
+    from cs_basics.harness.grading.sandbox.stopping import stopping_on_signals
+    from cs_basics.harness.grading.sandbox.worker import started_worker
 
     with stopping_on_signals(), started_worker(args.sandbox, limits_from(args)) as worker:
         return grade_with(args, worker)
@@ -62,8 +63,8 @@ def grade_with(args: argparse.Namespace, worker: Worker | None) -> int:
     from cs_basics.harness.course.batch import grade_many, is_batch
     from cs_basics.harness.course.shards import ShardError
     from cs_basics.harness.grading.command import grade_one, limits_from
-    from cs_basics.harness.grading.formats import FormatError, default_submission, outputs_for
-    from cs_basics.harness.grading.results import printable
+    from cs_basics.harness.grading.writers.formats import FormatError, default_submission, outputs_for
+    from cs_basics.harness.grading.writers.results import printable
 
     # what the imports made (torch's several hundred thousand objects) lives until the end: out of every full
     # collection's walk, which a batch sets off again and again (about 1 s in a course of 32)
@@ -116,7 +117,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         unfinished_message,
     )
     from cs_basics.harness.course.shards import submission_folders
-    from cs_basics.harness.grading.results import printable
+    from cs_basics.harness.grading.writers.results import printable
 
     try:
         if args.command == "merge":
@@ -185,7 +186,7 @@ def cmd_autograder(args: argparse.Namespace) -> int:
 
 
 def add_grade_options(parser: argparse.ArgumentParser) -> None:
-    from cs_basics.harness.grading.limits import Limits
+    from cs_basics.harness.grading.sandbox.limits import Limits
 
     parser.add_argument("--device", default=None, help="cuda, mps or cpu (default: the best present)")
     defaults = Limits()
@@ -338,7 +339,7 @@ def add_study_commands(sub, project: dict) -> None:
 def cmd_gradebook(args: argparse.Namespace) -> int:
     from cs_basics.harness.config import Assignment
     from cs_basics.harness.course.gradebook import GradebookError, fill
-    from cs_basics.harness.grading.results import printable
+    from cs_basics.harness.grading.writers.results import printable
 
     try:
         filled = fill(

@@ -42,7 +42,7 @@ from .test_from_scratch import (
 from .test_sandbox import SANDBOXES
 
 STUDENTS = Path(__file__).parent / "students"
-CHILD = ROOT / "cs_basics" / "harness" / "grading" / "child.py"  # loaded by path, as the grading server does
+CHILD = ROOT / "cs_basics" / "harness" / "grading" / "job" / "child.py"  # loaded by path, as the grading server does
 # Where a test's attack could behave differently in each sandbox (a process started inside a pid namespace or
 # not), it runs in both; a record forged or library code called inside the child is the same in either, and
 # runs in the default one (bubblewrap where it runs). Where bubblewrap does not run (not installed, or no

@@ -36,9 +36,10 @@ from cs_basics.harness.course.report import (
 from cs_basics.harness.course.shards import resolve_shard, select, submission_folders
 from cs_basics.harness.device import choose_device
 from cs_basics.harness.grading.command import grade_safely, limits_from, stopping_on_signals
-from cs_basics.harness.grading.results import printable, write_results
-from cs_basics.harness.grading.sandbox import STOP, StaffError, Worker
-from cs_basics.harness.grading.upload import NotGradable, laid_out, written_files
+from cs_basics.harness.grading.pipeline.upload import NotGradable, laid_out, written_files
+from cs_basics.harness.grading.sandbox.stopping import STOP, StaffError
+from cs_basics.harness.grading.sandbox.worker import Worker
+from cs_basics.harness.grading.writers.results import printable, write_results
 
 
 def has_student_code(assignment: Assignment, folder: Path, uploaded: list[Path] | None = None) -> bool:

@@ -39,7 +39,7 @@ from pathlib import Path
 from cs_basics.harness.config import Assignment
 from cs_basics.harness.course.regrade import stored
 from cs_basics.harness.course.report import ReportError, inert, read_one, results_paths, total, unfinished
-from cs_basics.harness.grading.results import test_name, write_atomic
+from cs_basics.harness.grading.writers.results import test_name, write_atomic
 
 LMSES = ("canvas", "moodle")
 DEFAULT_KEY = {"canvas": "SIS Login ID", "moodle": "Email address"}

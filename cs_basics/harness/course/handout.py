@@ -35,7 +35,7 @@ import torch
 
 from cs_basics.harness.config import Assignment
 from cs_basics.harness.course import casecheck, classroom
-from cs_basics.harness.grading.grade import grade, student_files
+from cs_basics.harness.grading.pipeline.grade import grade, student_files
 from cs_basics.harness.rule.fromscratch import TOOLING
 
 BEGIN, END = "# BEGIN SOLUTION", "# END SOLUTION"

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from cs_basics.harness.config import Assignment
 from cs_basics.harness.fixtures import MANIFEST
-from cs_basics.harness.grading.grade import PACKAGE, case_modules, module_package, take
+from cs_basics.harness.grading.pipeline.grade import PACKAGE, case_modules, module_package, take
 
 EXTRA = "cs_basics"  # our key in the results file's `extra_data`
 

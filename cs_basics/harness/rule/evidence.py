@@ -13,7 +13,7 @@ The writer keeps what it needs in its closure, taken when the channel is made (b
 is imported): replacing `os.write`, `json` or the channel's attributes later changes nothing it does.
 Every line the process sends, its reports (a case started, done, failed) as well as its evidence, carries
 the channel's token and the next number, written whole under one lock: the grader reads them as a
-protocol (grading/protocol.py) in which a line missing, repeated, out of order or not written by this
+protocol (grading/pipeline/protocol.py) in which a line missing, repeated, out of order or not written by this
 writer shows, and costs the problem. A line that cannot be written ends the process at once with
 `LOST_STATUS`: the grader holds the problem ("the rule's record was cut off").
 

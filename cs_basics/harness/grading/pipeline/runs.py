@@ -14,18 +14,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cs_basics.harness.cgroup import oom_kills
-from cs_basics.harness.grading.attempts import ChildLog, child_module
-from cs_basics.harness.grading.limits import Limits, killed_for_memory, out_of_memory
-from cs_basics.harness.grading.litter import remove_tree
-from cs_basics.harness.grading.protocol import STAFF_ERROR, Protocol
-from cs_basics.harness.grading.stopping import STOP, StaffError, stop_reason
+from cs_basics.harness.grading.pipeline.protocol import STAFF_ERROR, Protocol
+from cs_basics.harness.grading.sandbox.attempts import ChildLog, child_module
+from cs_basics.harness.grading.sandbox.limits import Limits, killed_for_memory, out_of_memory
+from cs_basics.harness.grading.sandbox.litter import remove_tree
+from cs_basics.harness.grading.sandbox.stopping import STOP, StaffError, stop_reason
 from cs_basics.harness.portable import open_unfollowed
 from cs_basics.harness.rule.evidence import Received
 
 if TYPE_CHECKING:
     import torch
 
-    from cs_basics.harness.grading.worker import Worker
+    from cs_basics.harness.grading.sandbox.worker import Worker
     from cs_basics.harness.rule.record import Record
 # torch, and what imports it, only where a job's results are read: `cs-basics grade` starts the grading server
 # (which imports torch) before it imports torch itself, so that the two imports run side by side
