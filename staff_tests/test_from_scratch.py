@@ -24,7 +24,8 @@ import torch
 import cs_basics
 from cs_basics.harness.pytest_plugin import run_graded
 from cs_basics.harness.rule.fromscratch import FromScratch
-from cs_basics.harness.rule.record import StudentFrames, Watch
+from cs_basics.harness.rule.record import Watch
+from cs_basics.harness.rule.sightings import StudentFrames
 
 from .submissions import ROOT, run, scores
 

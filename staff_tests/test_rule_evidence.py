@@ -27,7 +27,8 @@ from cs_basics.harness.grading.sandbox.limits import Limits
 from cs_basics.harness.rule.evidence import CUT_OFF, LOST_STATUS, Channel, Received, merged
 from cs_basics.harness.rule.fromscratch import HELD, runtime_breach
 from cs_basics.harness.rule.outputs import SubclassReturned, plain_outputs
-from cs_basics.harness.rule.record import Record, StudentFrames, Watch, install
+from cs_basics.harness.rule.record import Watch, install
+from cs_basics.harness.rule.sightings import Record, StudentFrames
 
 from .submissions import ROOT, run, scores
 from .test_from_scratch import ATTENTION, INLINE_WEIGHTS, SOFTMAX, SOFTMAX_FROM_SCRATCH, attention_with, source, student
@@ -268,7 +269,8 @@ def test_the_refusal_is_registered_where_python_cannot_reach_it_and_checked_at_e
         """
         import gc
         import torch
-        from cs_basics.harness.rule.record import StudentFrames, Watch, remove_operators
+        from cs_basics.harness.rule.record import Watch, remove_operators
+        from cs_basics.harness.rule.sightings import StudentFrames
 
         refusal = remove_operators(["aten._softmax", "aten.softmax"], for_good=True)
         assert not [o for o in gc.get_objects() if type(o).__name__ == "_DispatchModule"]

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from cs_basics.harness.rule.record import Record
+    from cs_basics.harness.rule.sightings import Record
 
 EVENT = "evidence"  # the progress event of one piece of evidence
 LOST_STATUS = 86  # the child's exit status when a line of evidence could not be written
@@ -101,7 +101,7 @@ class Received:
 def merged(record: Record, lines: list[dict], complete: bool = True) -> Record:
     """A case's record as the grader decides from it: what its report said, and every line of evidence that
     reached the grader for the case (a line can only add); `complete` False when lines were lost."""
-    from cs_basics.harness.rule.record import Computed, Record, Sighting
+    from cs_basics.harness.rule.sightings import Computed, Record, Sighting
 
     whole = Record(list(record.sightings), list(record.tampering), list(record.processes), list(record.library))
     whole.cut_off = list(record.cut_off)

@@ -19,21 +19,14 @@ from pathlib import Path
 
 from cs_basics.harness.config import Assignment, Problem
 from cs_basics.harness.rule.allowed import ALLOWED
+from cs_basics.harness.rule.constructs import Construct
 from cs_basics.harness.rule.evidence import combined
 from cs_basics.harness.rule.glue import GLUE
 from cs_basics.harness.rule.library import LibraryCalls
-from cs_basics.harness.rule.record import (
-    UNAVAILABLE,
-    Computed,
-    Record,
-    StudentFrames,
-    Watch,
-    forbids,
-    recording,
-    student_predicate,
-)
-from cs_basics.harness.rule.scan import Construct, Use
+from cs_basics.harness.rule.record import UNAVAILABLE, Watch, forbids, recording
 from cs_basics.harness.rule.scanprocess import Scanner, scan_bounded, scan_result, start_scan
+from cs_basics.harness.rule.sightings import Computed, Record, StudentFrames, student_predicate
+from cs_basics.harness.rule.syntax import Use
 
 # cs_basics's tooling, not the student's: the grader stages its own copy over the submission's and
 # never scans it, in this assignment and in any later one that grades the student's cs_basics

@@ -181,6 +181,7 @@ def check_origin(packages: list[str], code: Path) -> None:
 # the grader's own modules a child uses, loaded from the staged tooling before any file of the submission runs
 # (load_grader): what the submission does later to `cs_basics.__path__` or `sys.modules` reaches none of them
 GRADER_MODULES = (
+    "cs_basics.harness.rule.sightings",
     "cs_basics.harness.rule.record",
     "cs_basics.harness.rule.evidence",
     "cs_basics.harness.rule.outputs",
@@ -303,7 +304,8 @@ def run_group(
     channel = GRADER["cs_basics.harness.rule.evidence"].Channel(progress)
     report = Reporter(channel)
     refusal = record.remove_operators(forbidden_ops, channel, for_good=True)
-    frames = record.StudentFrames(code, record.student_predicate(rule["student_code"], rule["excluded"]))
+    sightings = GRADER["cs_basics.harness.rule.sightings"]
+    frames = sightings.StudentFrames(code, sightings.student_predicate(rule["student_code"], rule["excluded"]))
     # the library functions that may run operators for the student's code; this file is the grader's
     library = record.LibraryCalls(frames, rule["glue"], harness=[Path(__file__).parent])
 

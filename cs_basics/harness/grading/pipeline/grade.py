@@ -34,8 +34,8 @@ from cs_basics.harness.rule.fromscratch import HELD, TOOLING_PACKAGES, FromScrat
 from cs_basics.harness.rule.fromscratch import student_files as student_files  # the handout's import
 from cs_basics.harness.rule.glue import GLUE
 from cs_basics.harness.rule.record import recording
-from cs_basics.harness.rule.scan import Unreadable
 from cs_basics.harness.rule.scanprocess import Scanner
+from cs_basics.harness.rule.syntax import Unreadable
 from cs_basics.harness.text import printable
 
 HIDDEN_BREACH = (  # a public case's entry, when a hidden case broke the rule: that case's entry says how
