@@ -11,7 +11,7 @@ hidden_summary = "each"                 # where a platform shows every test (Pra
                                         # case's name, points and pass/fail, or "one_line" for all of them
 student_code = ["cs_basics"]            # what grading takes from a submission
 staff_code = ["mypkg/grading_aids.py"] # ...except these, always taken from this repository (cs_basics's
-                                       # own harness, study and cli.py always are: see grading.TOOLING)
+                                       # own harness, study and cli.py always are: see rule/tooling.py)
 handout_exclude = ["staff_tests"]       # left out of the student handout (besides `hidden`)
 case_seconds = 20                       # each case's time limit in the grader (else `--case-seconds`, 20 s)
 warm = ["torch._dynamo"]                # imported by the grading server before any job (an optimizer's first

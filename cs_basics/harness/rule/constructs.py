@@ -11,9 +11,10 @@ from dataclasses import dataclass
 
 from cs_basics.harness.rule.allowed import Allowed
 from cs_basics.harness.rule.methods import OwnObjects, _zero_argument_super
-from cs_basics.harness.rule.program import TOOLING_NAMES, Module, Program
+from cs_basics.harness.rule.program import Module, Program
 from cs_basics.harness.rule.strings import _describe, judged_by_name, strings_run
 from cs_basics.harness.rule.syntax import dotted, matches, references
+from cs_basics.harness.rule.tooling import is_tooling_name
 
 # ---------------------------------------------------------------- constructs that reach into the interpreter
 
@@ -88,7 +89,7 @@ class Construct:
 
 def held_name(full: str, allowed: Allowed) -> str | None:
     """Why a resolved library name is held (the grader's own code; a name the course does not allow), else None."""
-    if any(full == t or full.startswith(t + ".") for t in TOOLING_NAMES):
+    if is_tooling_name(full):
         return "the grader's own code"
     why = allowed.why_held(full)
     if why is None:
@@ -203,13 +204,13 @@ def imports(module: Module, program: Program, node: ast.AST) -> Iterator[tuple[s
                     )
                     continue
                 why = held_name(full, program.allowed) if program.allowed.why_held(full) else None
-                if why is None and any(full == t or full.startswith(t + ".") for t in TOOLING_NAMES):
+                if why is None and is_tooling_name(full):
                     why = "the grader's own code"
                 if why:
                     yield f"from {base} import {alias.name}", why, n.lineno
 
 
 def _import_held(name: str, allowed: Allowed) -> str | None:
-    if any(name == t or name.startswith(t + ".") for t in TOOLING_NAMES):
+    if is_tooling_name(name):
         return "the grader's own code"
     return None if allowed.allows_import(name) else held_name(name, allowed)

@@ -31,8 +31,7 @@ from cs_basics.harness.rule.syntax import (
     prune_dead_code,
     references,
 )
-
-TOOLING_NAMES = ("cs_basics.harness", "cs_basics.study", "cs_basics.cli", "tests", "hidden")  # the grader's code
+from cs_basics.harness.rule.tooling import is_tooling_name
 
 
 class Module:
@@ -112,7 +111,7 @@ class Program:
         return (
             bool(name)
             and any(m == name or m.startswith(name + ".") for m in self.modules)
-            and not any(name == t or name.startswith(t + ".") for t in TOOLING_NAMES)
+            and not is_tooling_name(name)
         )
 
     @cached_property

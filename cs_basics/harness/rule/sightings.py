@@ -1,15 +1,15 @@
 """What a watch saw, and where in the student's code: the forbidden operators that ran (`Sighting`), what the
 student's code computed (`Computed`), one call's `Record` (sent to the grader as JSON), and which frames of a
-stack are the student's (`student_predicate`, `StudentFrames`). The watch that sees them: record.py.
+stack are the student's (`StudentFrames`, given tooling.student_predicate). The watch that sees them: record.py.
 """
 
 from __future__ import annotations
 
 import functools
 import traceback
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 MAX_FRAMES = 6  # of the student's stack in a message
@@ -62,19 +62,6 @@ class Record:
             return cls(sightings, [str(t) for t in data.get("tampering", [])], processes, library, cut_off)
         except (AttributeError, KeyError, TypeError):
             return cls()
-
-
-def student_predicate(student_code: Iterable[str], excluded: Iterable[str]) -> Callable[[Path], bool]:
-    """Whether a path relative to the code's root is the student's: under `student_code`, not `excluded`."""
-    owned = [PurePosixPath(p) for p in student_code]
-    staff = [PurePosixPath(p) for p in excluded]
-
-    def is_student(relative: Path) -> bool:
-        path = PurePosixPath(Path(relative).as_posix())
-        inside = any(path == p or path.is_relative_to(p) for p in owned)
-        return inside and not any(path == s or path.is_relative_to(s) for s in staff)
-
-    return is_student
 
 
 class StudentFrames:

@@ -181,6 +181,7 @@ def check_origin(packages: list[str], code: Path) -> None:
 # the grader's own modules a child uses, loaded from the staged tooling before any file of the submission runs
 # (load_grader): what the submission does later to `cs_basics.__path__` or `sys.modules` reaches none of them
 GRADER_MODULES = (
+    "cs_basics.harness.rule.tooling",
     "cs_basics.harness.rule.sightings",
     "cs_basics.harness.rule.record",
     "cs_basics.harness.rule.evidence",
@@ -304,8 +305,8 @@ def run_group(
     channel = GRADER["cs_basics.harness.rule.evidence"].Channel(progress)
     report = Reporter(channel)
     refusal = record.remove_operators(forbidden_ops, channel, for_good=True)
-    sightings = GRADER["cs_basics.harness.rule.sightings"]
-    frames = sightings.StudentFrames(code, sightings.student_predicate(rule["student_code"], rule["excluded"]))
+    is_student = GRADER["cs_basics.harness.rule.tooling"].student_predicate(rule["student_code"], rule["excluded"])
+    frames = GRADER["cs_basics.harness.rule.sightings"].StudentFrames(code, is_student)
     # the library functions that may run operators for the student's code; this file is the grader's
     library = record.LibraryCalls(frames, rule["glue"], harness=[Path(__file__).parent])
 

@@ -30,12 +30,13 @@ from cs_basics.harness.grading.sandbox.limits import Limits
 from cs_basics.harness.grading.sandbox.stopping import StaffError
 from cs_basics.harness.grading.sandbox.worker import Worker, named_libraries
 from cs_basics.harness.portable import scan_notes
-from cs_basics.harness.rule.fromscratch import HELD, TOOLING_PACKAGES, FromScratch, excluded_code, runtime_breach
+from cs_basics.harness.rule.fromscratch import HELD, FromScratch, excluded_code, runtime_breach
 from cs_basics.harness.rule.fromscratch import student_files as student_files  # the handout's import
 from cs_basics.harness.rule.glue import GLUE
 from cs_basics.harness.rule.record import recording
 from cs_basics.harness.rule.scanprocess import Scanner
 from cs_basics.harness.rule.syntax import Unreadable
+from cs_basics.harness.rule.tooling import TOOLING_PACKAGES
 from cs_basics.harness.text import printable
 
 HIDDEN_BREACH = (  # a public case's entry, when a hidden case broke the rule: that case's entry says how
