@@ -20,9 +20,6 @@ from cs_basics.harness.device import choose_device
 from cs_basics.harness.grading.pipeline.grade import Grade, GradingError, grade
 from cs_basics.harness.grading.pipeline.upload import NotGradable, laid_out
 from cs_basics.harness.grading.sandbox.limits import Limits
-from cs_basics.harness.grading.sandbox.limits import (
-    limits_from as limits_from,  # the command line's, for the course's tools
-)
 from cs_basics.harness.grading.sandbox.stopping import STOP, StaffError, stopping_on_signals
 from cs_basics.harness.grading.sandbox.worker import Worker
 from cs_basics.harness.grading.writers.formats import GRADESCOPE, Output

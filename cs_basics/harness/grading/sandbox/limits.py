@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import os
 import re
 from dataclasses import dataclass
 
-from cs_basics.harness.cgroup import CgroupMemory, oom_kills, own_memory
+from cs_basics.harness.cgroup import CgroupMemory, oom_kills
 from cs_basics.harness.grading.sandbox.policy import CODE_FLOOR_MB, GRADER_MB, LIMITS, SERVER_MB
 
 
@@ -44,22 +43,6 @@ def released_by_environment() -> tuple[str, ...]:
     a PrairieLearn question's entrypoint, Gradescope's run_autograder); never the submission, whose code runs
     only in the child."""
     return tuple(p.strip() for p in os.environ.get(RELEASE_ENV, "").split(",") if p.strip())
-
-
-def limits_from(args: argparse.Namespace, workers: int = 1) -> Limits:
-    """The limits `cs-basics grade`'s options give, within the memory this machine gives `workers` gradings."""
-    return within_memory(
-        Limits(
-            case_seconds=args.case_seconds,
-            total_seconds=args.total_seconds,
-            memory_mb=args.memory_mb,
-            tmp_mb=args.tmp_mb,
-            timeouts_per_problem=args.timeouts_per_problem,
-            released=tuple(getattr(args, "release", None) or ()) or released_by_environment(),
-        ),
-        own_memory(),
-        workers,
-    )
 
 
 def within_memory(limits: Limits, memory: CgroupMemory | None, workers: int = 1) -> Limits:
