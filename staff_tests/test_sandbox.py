@@ -892,7 +892,7 @@ import os, socket, time
 from cs_basics.harness.grading.job import zygote
 
 ours, _theirs = socket.socketpair()
-server = zygote.Server(ours)
+server = zygote.ForkServer(ours)
 r, w = os.pipe()
 if os.fork() == 0:  # the job: it leaves a daemon in a session of its own and exits
     if os.fork() == 0:

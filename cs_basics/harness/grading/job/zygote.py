@@ -59,7 +59,7 @@ STASH = "/dev/shm"  # mounted over first, to hold what the other mounts must kee
 CHILD = []  # child.py, loaded once by the server (its folder is out of a job's view); its POLICY: sandbox/policy.py
 CONFINE = []  # confine.py: the network, System V IPC and uncounted memory refused (see run_child)
 JOB_CGROUP: list[int | None] = [None]  # the worker's job cgroup's cgroup.procs, opened by the grader (argv[2])
-WAKE = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)  # the server's wake-up pipe (see Server.serve); a job closes it
+WAKE = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)  # the server's wake-up pipe (see ForkServer.serve); a job closes it
 OWN_PROC = [True]  # whether a job with namespaces mounts a /proc of its own (see namespaces_allowed)
 KEEPER = next((p for p in ("/usr/bin/cat", "/bin/cat") if os.access(p, os.X_OK)), None)  # see start_keeper
 
@@ -468,7 +468,9 @@ def describe_status(status: int) -> str:
     return f"exited with status {code}"
 
 
-class Server:
+class ForkServer:
+    """The grading server's own loop: one forked child per job (the grader's end of it: sandbox/server.py's Server)."""
+
     def __init__(self, sock: socket.socket):
         self.sock = sock
         self.jobs: dict[int, int] = {}  # pid -> job id
@@ -584,7 +586,7 @@ def main() -> None:
     CHILD.append(load("child"))
     CONFINE.append(load("confine"))
     try:
-        Server(sock).serve()
+        ForkServer(sock).serve()
     except (OSError, ValueError) as err:
         if err.errno not in (errno.EPIPE, errno.ECONNRESET, None):
             raise
