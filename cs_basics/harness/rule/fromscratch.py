@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-from cs_basics.harness.config import Assignment, Problem
+from cs_basics.harness.config import Assignment, GradedProblem
 from cs_basics.harness.rule.allowed import ALLOWED
 from cs_basics.harness.rule.constructs import Construct
 from cs_basics.harness.rule.evidence import combined
@@ -224,7 +224,7 @@ class FromScratch:
     def held(self) -> dict[str, list[Construct]]:
         return {name: found for name, (_, found) in self.scanned.items()}
 
-    def problem(self, name: str) -> Problem:
+    def problem(self, name: str) -> GradedProblem:
         return self.assignment.problems[name]
 
     @cached_property
