@@ -18,9 +18,9 @@ from pathlib import Path
 import torch
 
 from cs_basics.harness.config import Assignment
-from cs_basics.harness.grading.grade import grade
-from cs_basics.harness.grading.limits import Limits
-from cs_basics.harness.grading.sandbox import Worker
+from cs_basics.harness.grading.pipeline.grade import grade
+from cs_basics.harness.grading.sandbox.limits import Limits
+from cs_basics.harness.grading.sandbox.worker import Worker
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "training_utilities"
 

@@ -25,9 +25,15 @@ import tempfile  # noqa: E402
 from collections import defaultdict  # noqa: E402
 from pathlib import Path  # noqa: E402
 
+import cs_basics.harness.grading.sandbox.worker as worker  # noqa: E402
 from cs_basics.harness.config import Assignment  # noqa: E402
-from cs_basics.harness.grading import command, formats, grade, runs, sandbox, worker  # noqa: E402
-from cs_basics.harness.grading.limits import Limits  # noqa: E402
+from cs_basics.harness.grading import command  # noqa: E402
+from cs_basics.harness.grading.pipeline import grade, runs  # noqa: E402
+from cs_basics.harness.grading.sandbox.bubblewrap import bubblewrap_runs, bubblewrap_sizes_tmpfs  # noqa: E402
+from cs_basics.harness.grading.sandbox.limits import Limits  # noqa: E402
+from cs_basics.harness.grading.sandbox.server import Server  # noqa: E402
+from cs_basics.harness.grading.sandbox.worker import Worker  # noqa: E402
+from cs_basics.harness.grading.writers import formats  # noqa: E402
 from cs_basics.harness.rule import fromscratch  # noqa: E402
 
 IMPORTED = time.perf_counter() - started
@@ -38,18 +44,18 @@ STEPS = [
     (grade, "check_course", "check the course's fixtures"),
     (worker, "choose_sandbox", "choose the sandbox (bubblewrap's probe, once a process)"),
     (worker, "lease_uid", "lease a job uid"),
-    (sandbox.Server, "__init__", "start the grading server (not waiting for it)"),
-    (sandbox.Server, "ready", "wait until the server is ready (it imports torch)"),
+    (Server, "__init__", "start the grading server (not waiting for it)"),
+    (Server, "ready", "wait until the server is ready (it imports torch)"),
     (grade, "stage", "stage the submission"),
     (fromscratch, "scan_bounded", "static scan (a fork of the worker's warm scan process)"),
     (grade, "write_inputs", "write the cases' inputs"),
-    (sandbox.Worker, "hand_over", "hand the job's folder over"),
+    (Worker, "hand_over", "hand the job's folder over"),
     (runs, "run_phase", "the two phases, public then hidden: a child each, the submission's import, the cases"),
-    (sandbox.Worker, "end_processes", "end the job's processes (by uid)"),
+    (Worker, "end_processes", "end the job's processes (by uid)"),
     (runs, "read_outputs", "read the outputs back"),
-    (sandbox.Worker, "clean_up", "clean up the job's folder"),
+    (Worker, "clean_up", "clean up the job's folder"),
     (grade, "verdict", "compare (verdicts)"),
-    (sandbox.Worker, "close", "close the worker (its server, its uid)"),
+    (Worker, "close", "close the worker (its server, its uid)"),
     (formats.Output, "write", "write results.json (a placeholder first)"),
 ]
 
@@ -82,8 +88,8 @@ def main() -> None:
         originals = [(owner, attr, getattr(owner, attr)) for owner, attr, _ in STEPS]
         for (owner, attr, original), (_, _, name) in zip(originals, STEPS, strict=True):
             setattr(owner, attr, timed(name, seconds, inside, original))
-        sandbox.bubblewrap_runs.cache_clear()  # as in a fresh `cs-basics grade`
-        sandbox.bubblewrap_sizes_tmpfs.cache_clear()
+        bubblewrap_runs.cache_clear()  # as in a fresh `cs-basics grade`
+        bubblewrap_sizes_tmpfs.cache_clear()
         try:
             with tempfile.TemporaryDirectory() as tmp:
                 start = time.perf_counter()

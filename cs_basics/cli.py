@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from cs_basics.harness.grading.sandbox import Worker
+    from cs_basics.harness.grading.sandbox.worker import Worker
+    from cs_basics.harness.grading.settings import GradeSettings
 
 
 def cmd_fixtures(args: argparse.Namespace) -> int:
@@ -47,23 +48,43 @@ def cmd_new(args: argparse.Namespace) -> int:
     return 0
 
 
+def grade_settings(args: argparse.Namespace) -> GradeSettings:
+    """`cs-basics grade`'s options, read once: what lies below this file gets them as this value."""
+    from cs_basics.harness.grading.settings import GradeSettings
+
+    return GradeSettings(
+        device=args.device,
+        sandbox=args.sandbox,
+        case_seconds=args.case_seconds,
+        total_seconds=args.total_seconds,
+        timeouts_per_problem=args.timeouts_per_problem,
+        memory_mb=args.memory_mb,
+        tmp_mb=args.tmp_mb,
+        release=args.release,
+        workers=args.workers,
+        shard=args.shard,
+        force=args.force,
+    )
+
+
 def cmd_grade(args: argparse.Namespace) -> int:
     # without torch: the grading server starts first and imports torch while this process imports it too
-    from cs_basics.harness.grading.limits import limits_from
-    from cs_basics.harness.grading.sandbox import started_worker, stopping_on_signals
+    from cs_basics.harness.grading.sandbox.stopping import stopping_on_signals
+    from cs_basics.harness.grading.sandbox.worker import started_worker
 
-    with stopping_on_signals(), started_worker(args.sandbox, limits_from(args)) as worker:
-        return grade_with(args, worker)
+    settings = grade_settings(args)
+    with stopping_on_signals(), started_worker(settings.sandbox, settings.limits()) as worker:
+        return grade_with(args, settings, worker)
 
 
-def grade_with(args: argparse.Namespace, worker: Worker | None) -> int:
+def grade_with(args: argparse.Namespace, settings: GradeSettings, worker: Worker | None) -> int:
     """`cs-basics grade`, in the worker started for it (None: grading starts its own and says why it cannot)."""
     from cs_basics.harness.config import Assignment
     from cs_basics.harness.course.batch import grade_many, is_batch
     from cs_basics.harness.course.shards import ShardError
-    from cs_basics.harness.grading.command import grade_one, limits_from
-    from cs_basics.harness.grading.formats import FormatError, default_submission, outputs_for
-    from cs_basics.harness.grading.results import printable
+    from cs_basics.harness.grading.command import grade_one
+    from cs_basics.harness.grading.writers.formats import FormatError, default_submission, outputs_for
+    from cs_basics.harness.grading.writers.results import printable
 
     # what the imports made (torch's several hundred thousand objects) lives until the end: out of every full
     # collection's walk, which a batch sets off again and again (about 1 s in a course of 32)
@@ -84,7 +105,7 @@ def grade_with(args: argparse.Namespace, worker: Worker | None) -> int:
             print(why, file=sys.stderr)
             return 2
         try:
-            return grade_many(assignment, submission, args.results or Path("results"), args, worker)
+            return grade_many(assignment, submission, args.results or Path("results"), settings, worker)
         except ShardError as err:
             print(printable(f"cs-basics grade: {err}"), file=sys.stderr)
             return 2
@@ -102,7 +123,7 @@ def grade_with(args: argparse.Namespace, worker: Worker | None) -> int:
     first = "writing " + ", ".join(o.describe() for o in outputs) + found + "".join(f"; {c}" for c in caveats)
     print(printable(f"cs-basics grade: {first}"), flush=True)
     return grade_one(
-        assignment, submission, outputs, args.device, limits_from(args), sandbox=args.sandbox, worker=worker
+        assignment, submission, outputs, settings.device, settings.limits(), sandbox=settings.sandbox, worker=worker
     )
 
 
@@ -116,7 +137,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         unfinished_message,
     )
     from cs_basics.harness.course.shards import submission_folders
-    from cs_basics.harness.grading.results import printable
+    from cs_basics.harness.grading.writers.results import printable
 
     try:
         if args.command == "merge":
@@ -185,7 +206,7 @@ def cmd_autograder(args: argparse.Namespace) -> int:
 
 
 def add_grade_options(parser: argparse.ArgumentParser) -> None:
-    from cs_basics.harness.grading.limits import Limits
+    from cs_basics.harness.grading.sandbox.limits import Limits
 
     parser.add_argument("--device", default=None, help="cuda, mps or cpu (default: the best present)")
     defaults = Limits()
@@ -338,7 +359,7 @@ def add_study_commands(sub, project: dict) -> None:
 def cmd_gradebook(args: argparse.Namespace) -> int:
     from cs_basics.harness.config import Assignment
     from cs_basics.harness.course.gradebook import GradebookError, fill
-    from cs_basics.harness.grading.results import printable
+    from cs_basics.harness.grading.writers.results import printable
 
     try:
         filled = fill(

@@ -129,7 +129,7 @@ def judge(folder: Path, results: dict, cases: dict[str, object], points: dict[st
 def judge_all(results_dir: Path, folders: list[Path] | None = None) -> list[Judgement]:
     """Every solution's results in `results_dir` judged (or those of `folders`)."""
     from cs_basics.harness.config import Assignment
-    from cs_basics.harness.grading import results as results_module
+    from cs_basics.harness.grading.writers import results as results_module
 
     assignment = Assignment.find(ROOT)
     cases = {results_module.test_name(c): c for c in assignment.cases}

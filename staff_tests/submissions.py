@@ -9,8 +9,8 @@ from pathlib import Path
 
 import torch
 
-from cs_basics.harness.grading.grade import Grade, grade
-from cs_basics.harness.grading.sandbox import Limits
+from cs_basics.harness.grading.pipeline.grade import Grade, grade
+from cs_basics.harness.grading.sandbox.limits import Limits
 
 ROOT = Path(__file__).resolve().parents[1]
 FUNCTIONAL = Path("cs_basics/nn/functional.py")
@@ -127,7 +127,7 @@ def maps_shared_memory(tmp: Path, mb: int = 1536) -> Path:
 
 def memory_cgroup_problem() -> str | None:
     """Why no memory cgroup can be made below this process's here (None: one can), decided by making one, as the
-    grader does for its jobs (grading/jobcgroup.py)."""
+    grader does for its jobs (grading/sandbox/jobcgroup.py)."""
     import os
     import uuid
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from cs_basics.harness.grading.sandbox import bubblewrap_runs
+from cs_basics.harness.grading.sandbox.bubblewrap import bubblewrap_runs
 
 from .adversarial import STOPPED, STUDENTS, load
 from .submissions import ROOT

@@ -20,9 +20,10 @@ import pytest
 from cs_basics.harness.config import Assignment
 from cs_basics.harness.course.regrade import submission_digest
 from cs_basics.harness.grading.command import grade_one
-from cs_basics.harness.grading.grade import take
-from cs_basics.harness.grading.limits import Limits
-from cs_basics.harness.grading.sandbox import Worker, bubblewrap_runs
+from cs_basics.harness.grading.pipeline.grade import take
+from cs_basics.harness.grading.sandbox.bubblewrap import bubblewrap_runs
+from cs_basics.harness.grading.sandbox.limits import Limits
+from cs_basics.harness.grading.sandbox.worker import Worker
 
 from .submissions import FUNCTIONAL, ROOT, submission, wrap_attention
 

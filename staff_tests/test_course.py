@@ -15,7 +15,7 @@ from cs_basics.harness.config import Assignment
 from cs_basics.harness.course.regrade import course_parts, plan, read_results, stamp, submission_digest
 from cs_basics.harness.course.report import ReportError, item_rows, load_folder, merge_results, problem_rows
 from cs_basics.harness.course.shards import Shard, ShardError, parse_shard, resolve_shard, select, shard_from_env
-from cs_basics.harness.grading.results import write_results
+from cs_basics.harness.grading.writers.results import write_results
 
 from .submissions import ROOT, submission, wrap_attention
 
@@ -316,7 +316,9 @@ def test_the_submission_fingerprint_reads_what_grading_stages(assignment, tmp_pa
     before = submission_digest(assignment, alice)
     (alice / "cs_basics/__pycache__").mkdir(exist_ok=True)
     (alice / "cs_basics/__pycache__/x.pyc").write_bytes(b"junk")
-    (alice / "cs_basics/harness/grading/grade.py").write_text("# the grader stages its own tooling over this\n")
+    (alice / "cs_basics/harness/grading/pipeline/grade.py").write_text(
+        "# the grader stages its own tooling over this\n"
+    )
     (alice / "cs_basics/link.py").symlink_to("/etc/hostname")
     (alice / "README.md").write_text("not student code")
     assert submission_digest(assignment, alice) == before

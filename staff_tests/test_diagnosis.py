@@ -11,7 +11,7 @@ import torch
 from cs_basics.harness import diagnosis
 from cs_basics.harness.cases import CheckContext, run_call, run_case
 from cs_basics.harness.diagnosis import CRASHES, Mistake, explain_crash, matching, wrong_outputs
-from cs_basics.harness.grading import results
+from cs_basics.harness.grading.writers import results
 from cs_basics.nn import functional
 from tests.mistakes import CRASHES as ASSIGNMENT_CRASHES
 from tests.mistakes import MISTAKES, guarded, scores

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import pytest
 
-from cs_basics.harness.grading.zygote import landlock_abi
+from cs_basics.harness.grading.job.landlock import landlock_abi
 
 from .probes import private_mount_refused
 from .submissions import DAEMON, ROOT, SYSTEM_V, maps_shared_memory, memory_cgroup_problem, submission
@@ -60,11 +60,11 @@ from pathlib import Path
 import torch
 
 from cs_basics.harness.config import Assignment
-from cs_basics.harness.grading import worker as worker_module
-from cs_basics.harness.grading.grade import grade
-from cs_basics.harness.grading.leases import processes_of
-from cs_basics.harness.grading.limits import Limits
-from cs_basics.harness.grading.litter import ipc_objects
+import cs_basics.harness.grading.sandbox.worker as worker_module
+from cs_basics.harness.grading.pipeline.grade import grade
+from cs_basics.harness.grading.sandbox.leases import processes_of
+from cs_basics.harness.grading.sandbox.limits import Limits
+from cs_basics.harness.grading.sandbox.litter import ipc_objects
 
 root, options, *folders = sys.argv[1:]
 options = json.loads(options)

@@ -24,7 +24,8 @@ import torch
 import cs_basics
 from cs_basics.harness.pytest_plugin import run_graded
 from cs_basics.harness.rule.fromscratch import FromScratch
-from cs_basics.harness.rule.record import StudentFrames, Watch
+from cs_basics.harness.rule.record import Watch
+from cs_basics.harness.rule.sightings import StudentFrames
 
 from .submissions import ROOT, run, scores
 
@@ -507,15 +508,15 @@ def test_every_softmax_and_attention_operator_in_torch_is_forbidden(assignment):
 
 
 def test_the_courses_forbidden_lists_hold_for_every_problem_before_its_own():
-    from cs_basics.harness.config import Problem
+    from cs_basics.harness.config import GradedProblem
 
     course = {"forbidden": ["torch.softmax"], "forbidden_ops": ["aten._softmax"]}
     own = {"points": 2, "forbidden": ["torch.nn.MultiheadAttention"], "forbidden_ops": ["aten._native_multi_*"]}
-    problem = Problem.from_table("attention", own, course)
+    problem = GradedProblem.from_table("attention", own, course)
     assert problem.forbidden == ("torch.softmax", "torch.nn.MultiheadAttention")
     assert problem.forbidden_ops == ("aten._softmax", "aten._native_multi_*")
-    assert Problem.from_table("softmax", {"points": 1}, course).forbidden_ops == ("aten._softmax",)
-    assert Problem.from_table("softmax", {"points": 1}).forbidden_ops == ()
+    assert GradedProblem.from_table("softmax", {"points": 1}, course).forbidden_ops == ("aten._softmax",)
+    assert GradedProblem.from_table("softmax", {"points": 1}).forbidden_ops == ()
 
 
 def exclude_python_key(x):

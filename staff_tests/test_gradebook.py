@@ -19,7 +19,7 @@ import pytest
 from cs_basics.cli import main
 from cs_basics.harness.course.gradebook import quote, records
 from cs_basics.harness.course.regrade import stamp
-from cs_basics.harness.grading.results import placeholder
+from cs_basics.harness.grading.writers.results import placeholder
 
 from .submissions import ROOT
 

@@ -10,7 +10,7 @@ from fractions import Fraction
 import pytest
 from rich.console import Console
 
-from cs_basics.harness.grading.results import print_table, results_json
+from cs_basics.harness.grading.writers.results import print_table, results_json
 
 from .submissions import ROOT, STUBBED, outputs_of, run, scores, submission, wrap_attention
 

@@ -11,17 +11,18 @@ import time
 import pytest
 import torch
 
-from cs_basics.harness.grading import sandbox
-from cs_basics.harness.grading import worker as worker_module
-from cs_basics.harness.grading.grade import grade, stage
-from cs_basics.harness.grading.sandbox import Limits, Worker, named_libraries
-from cs_basics.harness.grading.staging import copy_overlaid
+import cs_basics.harness.grading.sandbox.worker as worker_module
+from cs_basics.harness.grading.pipeline.grade import grade, stage
+from cs_basics.harness.grading.pipeline.staging import copy_overlaid
+from cs_basics.harness.grading.sandbox.leases import kill_uid, lease_uid, processes_of
+from cs_basics.harness.grading.sandbox.limits import Limits
+from cs_basics.harness.grading.sandbox.worker import Worker, named_libraries
 
 from .submissions import ROOT, run, scores, submission, wrap_attention
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="killing by uid needs a root grader")
 
-ZYGOTE = ROOT / "cs_basics" / "harness" / "grading" / "zygote.py"
+ZYGOTE = ROOT / "cs_basics" / "harness" / "grading" / "job" / "zygote.py"
 
 WARM_UP = """
 import importlib.util, sys
@@ -98,9 +99,9 @@ def test_the_child_runs_with_the_threads_the_limits_give(assignment, tmp_path):
 SERVER_FIRST = """
 import sys
 from cs_basics import cli
-from cs_basics.harness.grading import sandbox
+from cs_basics.harness.grading.sandbox.server import Server
 
-start = sandbox.Server.__init__
+start = Server.__init__
 torch_then = []
 
 
@@ -109,7 +110,7 @@ def noted(self, *args, **kwargs):
     start(self, *args, **kwargs)
 
 
-sandbox.Server.__init__ = noted
+Server.__init__ = noted
 status = cli.main(["grade", "--quiet", "--results", sys.argv[1]])
 print("status", status, "torch imported when the server started:", torch_then)
 """
@@ -152,7 +153,7 @@ def test_killing_by_uid_never_forks_the_grader_where_setpriv_is_there(monkeypatc
     missing = [program for program in ("setpriv", "kill") if shutil.which(program) is None]
     if missing:  # kill_uid runs setpriv only with a `kill` program to run (debian:bookworm-slim has none)
         pytest.skip(f"no {' and no '.join(missing)} here: kill_uid takes the uid in a fork of the grader")
-    uid, lease = sandbox.lease_uid()  # no other grader's jobs run as it meanwhile
+    uid, lease = lease_uid()  # no other grader's jobs run as it meanwhile
     sleeper = subprocess.Popen(["sleep", "600"], user=uid, group=uid, extra_groups=[])
     calls = []
     run_it = subprocess.run
@@ -163,8 +164,8 @@ def test_killing_by_uid_never_forks_the_grader_where_setpriv_is_there(monkeypatc
 
     monkeypatch.setattr(subprocess, "run", noted)
     try:
-        assert sandbox.kill_uid(uid)
-        assert sleeper.wait(timeout=60) == -9 and not sandbox.processes_of(uid)  # a zombie by now: at once
+        assert kill_uid(uid)
+        assert sleeper.wait(timeout=60) == -9 and not processes_of(uid)  # a zombie by now: at once
     finally:
         sleeper.kill()
         lease.close()
@@ -176,7 +177,7 @@ def test_a_submission_ends_the_jobs_processes_once_after_each_phase(assignment, 
     """After the public phase (before any hidden input exists) and after the hidden one (before outputs are
     read); cleaning up, none is left and no job started since, so no third time."""
     kills = []
-    kill = sandbox.kill_uid
+    kill = kill_uid
     monkeypatch.setattr(worker_module, "kill_uid", lambda uid: kills.append(time.monotonic()) or kill(uid))
     with Worker(None, Limits()) as worker:
         result = grade(assignment, submission(tmp_path), torch.device("cpu"), worker=worker)

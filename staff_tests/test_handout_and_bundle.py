@@ -30,7 +30,7 @@ from cs_basics.harness.course.handout import (
     make_room,
     repository_files,
 )
-from cs_basics.harness.grading.grade import student_files
+from cs_basics.harness.grading.pipeline.grade import student_files
 
 from .submissions import ROOT, course_shipping_a_from_scratch_mistake, submission, wrap_attention
 
@@ -268,7 +268,7 @@ def test_a_course_with_a_path_dependency_outside_it_installs_and_grades_wherever
     zipped = tmp_path / "autograder.zip"
     names = bundle.build(example, zipped)
     carried = [n.removeprefix("path_dependencies/cs-basics/") for n in names if n.startswith("path_dependencies/")]
-    assert "cs_basics/harness/grading/grade.py" in carried
+    assert "cs_basics/harness/grading/pipeline/grade.py" in carried
     harness = ("cs_basics/harness/", "cs_basics/cli.py", "cs_basics/__init__.py", "pyproject.toml", "README.md")
     assert not [n for n in carried if not n.startswith(harness)], carried
     with zipfile.ZipFile(zipped) as zf:
@@ -589,7 +589,7 @@ def test_a_file_the_handout_would_hold_but_git_does_not_track_is_refused_naming_
 
 
 def test_every_results_file_grading_writes_by_default_is_ignored_by_git_and_so_is_oom():
-    from cs_basics.harness.grading.formats import WRITERS
+    from cs_basics.harness.grading.writers.formats import WRITERS
 
     defaults = [w.default_file for w in WRITERS.values() if w.default_file]
     assert "results.json" in defaults and len(defaults) >= 3

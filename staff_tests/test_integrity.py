@@ -13,8 +13,9 @@ import torch
 
 from cs_basics.harness.config import Assignment
 from cs_basics.harness.grading.command import grade_one
-from cs_basics.harness.grading.grade import grade
-from cs_basics.harness.grading.sandbox import Limits, Worker
+from cs_basics.harness.grading.pipeline.grade import grade
+from cs_basics.harness.grading.sandbox.limits import Limits
+from cs_basics.harness.grading.sandbox.worker import Worker
 
 from .submissions import ROOT, STUBBED, fingerprint, outputs_of, run, scores, submission, wrap_attention
 

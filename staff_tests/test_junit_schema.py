@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 import xmlschema
 
-from cs_basics.harness.grading.formats import WRITERS
-from cs_basics.harness.grading.grade import Grade
-from cs_basics.harness.grading.grade import TestResult as CaseResult
+from cs_basics.harness.grading.pipeline.grade import Grade
+from cs_basics.harness.grading.pipeline.grade import TestResult as CaseResult
+from cs_basics.harness.grading.writers.formats import WRITERS
 
 SCHEMA = Path(__file__).with_name("junit_readers.xsd")
 HOSTILE = "boom \ud800 \x00 \x1b[2J \u202e \ufffe end\nsecond line"

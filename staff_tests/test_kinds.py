@@ -15,8 +15,8 @@ import torch
 from cs_basics.harness.cases import CheckContext, randn, run_call, run_check
 from cs_basics.harness.compare import Tolerance
 from cs_basics.harness.diagnosis import Mistake
-from cs_basics.harness.grading.child import copied_outputs, save_outputs
-from cs_basics.harness.grading.runs import read_outputs
+from cs_basics.harness.grading.job.child import copied_outputs, save_outputs
+from cs_basics.harness.grading.pipeline.runs import read_outputs
 from cs_basics.harness.kinds import InPlace, Number, Optimizer, Seeded
 from cs_basics.harness.problem import Problem
 from cs_basics.harness.rule.outputs import plain_outputs

@@ -20,6 +20,17 @@ def test_no_module_imports_a_layer_above_its_own():
 
 
 def test_each_layer_says_what_it_is():
-    for package in ("harness", "harness/rule", "harness/grading", "harness/course"):
+    layers = ("harness", "harness/rule", "harness/grading", "harness/course")
+    for package in (*layers, *(f"harness/grading/{job}" for job in ("pipeline", "sandbox", "job", "writers"))):
         doc = (ROOT / "cs_basics" / package / "__init__.py").read_text()
         assert doc.startswith('"""') and "import" in doc, f"cs_basics/{package}/__init__.py explains its layer"
+
+
+def test_no_module_of_the_harness_is_over_600_lines():
+    """A module is one job: one that grows past 600 lines holds two (split it along them, docs/layout.md)."""
+    long = {
+        str(path.relative_to(ROOT)): n
+        for path in (ROOT / "cs_basics" / "harness").rglob("*.py")
+        if (n := len(path.read_text().splitlines())) > 600
+    }
+    assert not long, f"over 600 lines: {long}"

@@ -25,9 +25,18 @@ import torch
 
 from cs_basics.harness.cgroup import CgroupMemory, cgroup_memory
 from cs_basics.harness.config import Assignment
-from cs_basics.harness.grading.grade import grade
-from cs_basics.harness.grading.limits import CODE_FLOOR_MB, GRADER_MB, SERVER_MB, Limits, out_of_memory, within_memory
-from cs_basics.harness.grading.sandbox import Attempt, ChildLog, Lines, Worker, bubblewrap_runs
+from cs_basics.harness.grading.pipeline.grade import grade
+from cs_basics.harness.grading.sandbox.attempts import Attempt, ChildLog, Lines
+from cs_basics.harness.grading.sandbox.bubblewrap import bubblewrap_runs
+from cs_basics.harness.grading.sandbox.limits import (
+    CODE_FLOOR_MB,
+    GRADER_MB,
+    SERVER_MB,
+    Limits,
+    out_of_memory,
+    within_memory,
+)
+from cs_basics.harness.grading.sandbox.worker import Worker
 
 from .submissions import ROOT, keeps_memory, maps_shared_memory, memory_cgroup_problem, submission, wrap_attention
 

@@ -318,7 +318,7 @@ def test_round_7s_battery_is_held_or_zeroed_and_its_honest_code_full_in_prairiel
     prairielearn_battery,
 ):
     from cs_basics.harness.config import Assignment
-    from cs_basics.harness.grading import results as results_module
+    from cs_basics.harness.grading.writers import results as results_module
 
     job = prairielearn_battery
     assert job.status == 0, job.log[-3000:]

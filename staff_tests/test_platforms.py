@@ -28,14 +28,14 @@ from cs_basics.cli import main
 from cs_basics.harness.cases import points_by_case
 from cs_basics.harness.course import classroom as workflow
 from cs_basics.harness.course import prairielearn as question
-from cs_basics.harness.grading import classroom
 from cs_basics.harness.grading.command import grade_one
-from cs_basics.harness.grading.formats import WRITERS, FormatError, Output, detect, outputs_for
-from cs_basics.harness.grading.grade import Grade
-from cs_basics.harness.grading.grade import TestResult as CaseResult
-from cs_basics.harness.grading.limits import Limits
-from cs_basics.harness.grading.sandbox import Worker
-from cs_basics.harness.grading.upload import NotGradable, lay_out
+from cs_basics.harness.grading.pipeline.grade import Grade
+from cs_basics.harness.grading.pipeline.grade import TestResult as CaseResult
+from cs_basics.harness.grading.pipeline.upload import NotGradable, lay_out
+from cs_basics.harness.grading.sandbox.limits import Limits
+from cs_basics.harness.grading.sandbox.worker import Worker
+from cs_basics.harness.grading.writers import classroom
+from cs_basics.harness.grading.writers.formats import WRITERS, FormatError, Output, detect, outputs_for
 
 from .submissions import ROOT, fingerprint, submission
 from .test_sandbox import SANDBOXES
@@ -600,7 +600,7 @@ def test_no_line_a_submission_writes_in_the_log_starts_a_workflow_command(assign
 
     from rich.console import Console
 
-    from cs_basics.harness.grading.results import print_table
+    from cs_basics.harness.grading.writers.results import print_table
 
     forged = "ValueError: " + "x" * pad + " ::error title=Autograding complete::Points 6/6"
     grade = Grade([CaseResult(c, assignment.points[c.id], False, forged) for c in assignment.cases], 1.0)

@@ -4,8 +4,8 @@ a number missing or repeated, a token not the group's, a report out of turn, a f
 sends, or a staff error after the first byte of the submission ran is tampering: it costs the problem, and a
 submission can never make the grader exit 2 or write a staff error.
 
-Unit tests feed grading/protocol.py the lines the child's own code writes (evidence.Channel and child.Reporter), then
-each forgery; the graded tests hand the grader submissions that forge on the real channel.
+Unit tests feed grading/pipeline/protocol.py the lines the child's own code writes (evidence.Channel and
+child.Reporter), then each forgery; the graded tests hand the grader submissions that forge on the real channel.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import sys
 
 import pytest
 
-from cs_basics.harness.grading.attempts import Lines
-from cs_basics.harness.grading.protocol import Garbled, Protocol
+from cs_basics.harness.grading.pipeline.protocol import Protocol
+from cs_basics.harness.grading.sandbox.attempts import Garbled, Lines
 from cs_basics.harness.rule.evidence import Channel
 
 from .submissions import ROOT

@@ -21,7 +21,7 @@ import torch
 
 from cs_basics.harness.rule import record
 from cs_basics.harness.rule.fromscratch import FromScratch
-from cs_basics.harness.rule.scan import Unreadable
+from cs_basics.harness.rule.syntax import Unreadable
 
 from .submissions import ROOT
 

@@ -22,12 +22,13 @@ import pytest
 import torch
 
 from cs_basics.harness.config import Assignment
-from cs_basics.harness.grading.limits import Limits
-from cs_basics.harness.grading.sandbox import RunState
+from cs_basics.harness.grading.pipeline.runs import RunState
+from cs_basics.harness.grading.sandbox.limits import Limits
 from cs_basics.harness.rule.evidence import CUT_OFF, LOST_STATUS, Channel, Received, merged
 from cs_basics.harness.rule.fromscratch import HELD, runtime_breach
 from cs_basics.harness.rule.outputs import SubclassReturned, plain_outputs
-from cs_basics.harness.rule.record import Record, StudentFrames, Watch, install
+from cs_basics.harness.rule.record import Watch, install
+from cs_basics.harness.rule.sightings import Record, StudentFrames
 
 from .submissions import ROOT, run, scores
 from .test_from_scratch import ATTENTION, INLINE_WEIGHTS, SOFTMAX, SOFTMAX_FROM_SCRATCH, attention_with, source, student
@@ -246,7 +247,7 @@ def test_the_guard_refuses_closing_or_replacing_the_channel_and_nothing_else(tmp
     """In a process of its own (a seccomp filter is for good): close and dup2/dup3 over the guarded descriptor
     are refused, close_range over it leaves it open, and the same calls on any other descriptor work. The
     channel is moved to a high number first: a program started after the guard (which it inherits) runs."""
-    child = ROOT / "cs_basics/harness/grading/child.py"
+    child = ROOT / "cs_basics/harness/grading/job/child.py"
     done = subprocess.run([sys.executable, "-c", GUARD_CHECK, str(child)], capture_output=True, text=True, timeout=120)
     if done.stdout.strip() == "no filter":
         pytest.skip("no seccomp filter for this machine")
@@ -268,7 +269,8 @@ def test_the_refusal_is_registered_where_python_cannot_reach_it_and_checked_at_e
         """
         import gc
         import torch
-        from cs_basics.harness.rule.record import StudentFrames, Watch, remove_operators
+        from cs_basics.harness.rule.record import Watch, remove_operators
+        from cs_basics.harness.rule.sightings import StudentFrames
 
         refusal = remove_operators(["aten._softmax", "aten.softmax"], for_good=True)
         assert not [o for o in gc.get_objects() if type(o).__name__ == "_DispatchModule"]
@@ -477,7 +479,7 @@ def test_honest_code_run_through_the_grader_keeps_every_point(assignment, tmp_pa
 def test_the_progress_channel_cannot_be_reopened_to_take_evidence_back():
     """The child's end of the progress channel, where its evidence goes, cannot be opened again for reading
     through /proc (a pipe's can: a thread of the student's code could then read each line before the grader)."""
-    from cs_basics.harness.grading.attempts import channel
+    from cs_basics.harness.grading.sandbox.attempts import channel
 
     ours, theirs = channel()
     try:

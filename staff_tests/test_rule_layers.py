@@ -22,11 +22,13 @@ from pathlib import Path
 import pytest
 import torch
 
+from cs_basics.harness.rule.constructs import constructs
 from cs_basics.harness.rule.fromscratch import HELD, FromScratch
 from cs_basics.harness.rule.glue import GLUE
 from cs_basics.harness.rule.library import LibraryCalls
-from cs_basics.harness.rule.record import StudentFrames, Watch
-from cs_basics.harness.rule.scan import Module, Program, constructs
+from cs_basics.harness.rule.program import Module, Program
+from cs_basics.harness.rule.record import Watch
+from cs_basics.harness.rule.sightings import StudentFrames
 
 from .submissions import ROOT, run, scores
 from .test_from_scratch import (
@@ -42,7 +44,7 @@ from .test_from_scratch import (
 from .test_sandbox import SANDBOXES
 
 STUDENTS = Path(__file__).parent / "students"
-CHILD = ROOT / "cs_basics" / "harness" / "grading" / "child.py"  # loaded by path, as the grading server does
+CHILD = ROOT / "cs_basics" / "harness" / "grading" / "job" / "child.py"  # loaded by path, as the grading server does
 # Where a test's attack could behave differently in each sandbox (a process started inside a pid namespace or
 # not), it runs in both; a record forged or library code called inside the child is the same in either, and
 # runs in the default one (bubblewrap where it runs). Where bubblewrap does not run (not installed, or no
@@ -491,7 +493,8 @@ def test_under_the_childs_seccomp_filter_threads_start_and_processes_do_not():
 def test_the_operators_come_back_whole_after_a_graded_case(assignment):
     """pytest removes them for each case and puts them back: after, torch.softmax runs and decomposes to
     aten._softmax as before (removing a CompositeExplicitAutograd kernel beside the implicit one did not)."""
-    from cs_basics.harness.rule.record import StudentFrames, Watch
+    from cs_basics.harness.rule.record import Watch
+    from cs_basics.harness.rule.sightings import StudentFrames
 
     rule = FromScratch(assignment, ROOT)
     x = torch.randn(3, 4)

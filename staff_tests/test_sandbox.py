@@ -31,27 +31,27 @@ from pathlib import Path
 import pytest
 import torch
 
+import cs_basics.harness.grading.sandbox.bubblewrap as bubblewrap
+import cs_basics.harness.grading.sandbox.leases as leases
 from cs_basics.harness import portable
-from cs_basics.harness.grading import bubblewrap, leases
-from cs_basics.harness.grading.grade import GradingError, grade
-from cs_basics.harness.grading.limits import Limits
-from cs_basics.harness.grading.results import results_json
-from cs_basics.harness.grading.sandbox import (
+from cs_basics.harness.grading.pipeline.grade import GradingError, grade
+from cs_basics.harness.grading.sandbox.bubblewrap import bubblewrap_runs
+from cs_basics.harness.grading.sandbox.leases import (
     LEASE_PREFIX,
     UID_BASE,
     UID_COUNT,
     UIDS_ENV,
-    Hoard,
-    StaffError,
-    Worker,
-    bubblewrap_runs,
     kill_uid,
     lease_uid,
     process_uids,
     processes_of,
-    remove_litter,
     take_lease,
 )
+from cs_basics.harness.grading.sandbox.limits import Limits
+from cs_basics.harness.grading.sandbox.litter import Hoard, remove_litter
+from cs_basics.harness.grading.sandbox.stopping import StaffError
+from cs_basics.harness.grading.sandbox.worker import Worker
+from cs_basics.harness.grading.writers.results import results_json
 
 from .submissions import ROOT, outputs_of, scores, submission, wrap_attention
 
@@ -893,10 +893,10 @@ def test_without_a_uid_to_kill_by_the_server_ends_what_a_job_left_as_its_subreap
     server's child (its subreaper), and the sweep after the job ends it. Runs as any user."""
     script = """
 import os, socket, time
-from cs_basics.harness.grading import zygote
+from cs_basics.harness.grading.job import zygote
 
 ours, _theirs = socket.socketpair()
-server = zygote.Server(ours)
+server = zygote.ForkServer(ours)
 r, w = os.pipe()
 if os.fork() == 0:  # the job: it leaves a daemon in a session of its own and exits
     if os.fork() == 0:

@@ -21,8 +21,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from cs_basics.harness.rule.constructs import constructs
 from cs_basics.harness.rule.fromscratch import FromScratch
-from cs_basics.harness.rule.scan import Module, Program, constructs, references, scan
+from cs_basics.harness.rule.program import Module, Program
+from cs_basics.harness.rule.scan import scan
+from cs_basics.harness.rule.syntax import references
 
 from .submissions import ROOT
 

@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from cs_basics.harness.grading.grade import static_breaches
-from cs_basics.harness.grading.sandbox import Worker
+from cs_basics.harness.grading.pipeline.grade import static_breaches
+from cs_basics.harness.grading.sandbox.worker import Worker
 from cs_basics.harness.rule.fromscratch import FromScratch
-from cs_basics.harness.rule.scan import Unreadable
 from cs_basics.harness.rule.scanprocess import SCAN_SECONDS, Scanner, scan_bounded, scan_result, start_scan
+from cs_basics.harness.rule.syntax import Unreadable
 
 from .submissions import ROOT, submission
 

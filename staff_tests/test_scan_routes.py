@@ -14,7 +14,7 @@ import pytest
 
 from cs_basics.harness.rule import scan as scan_module
 from cs_basics.harness.rule.fromscratch import HELD, FromScratch, hold_message, library_hold
-from cs_basics.harness.rule.record import Computed
+from cs_basics.harness.rule.sightings import Computed
 
 from .submissions import run, scores
 from .test_from_scratch import ATTENTION, INLINE_WEIGHTS, SOFTMAX, attention_with, source, student

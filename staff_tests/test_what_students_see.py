@@ -18,10 +18,10 @@ import uuid
 import pytest
 import torch
 
-from cs_basics.harness.grading.grade import grade
-from cs_basics.harness.grading.limits import Limits
-from cs_basics.harness.grading.results import printable, results_json
-from cs_basics.harness.grading.sandbox import Worker
+from cs_basics.harness.grading.pipeline.grade import grade
+from cs_basics.harness.grading.sandbox.limits import Limits
+from cs_basics.harness.grading.sandbox.worker import Worker
+from cs_basics.harness.grading.writers.results import printable, results_json
 from cs_basics.harness.rule.fromscratch import HELD
 
 from .submissions import ROOT, submission

@@ -15,15 +15,17 @@ from pathlib import Path
 import pytest
 import torch
 
+import cs_basics.harness.grading.sandbox.worker as worker_module
 from cs_basics.cli import main
 from cs_basics.harness import portable
 from cs_basics.harness.config import Assignment
 from cs_basics.harness.course.handout import build
-from cs_basics.harness.grading import sandbox
-from cs_basics.harness.grading import worker as worker_module
-from cs_basics.harness.grading.grade import grade
-from cs_basics.harness.grading.limits import Limits
-from cs_basics.harness.grading.results import results_json
+from cs_basics.harness.grading.pipeline.grade import grade
+from cs_basics.harness.grading.sandbox.attempts import child_module, describe_exit
+from cs_basics.harness.grading.sandbox.bubblewrap import bubblewrap_runs, choose_sandbox
+from cs_basics.harness.grading.sandbox.limits import Limits
+from cs_basics.harness.grading.sandbox.worker import Worker
+from cs_basics.harness.grading.writers.results import results_json
 from cs_basics.study import bench
 
 from .submissions import FUNCTIONAL, ROOT, submission
@@ -31,7 +33,7 @@ from .test_what_students_see import PRINTS_ITS_INPUTS, assert_hidden_stays_hidde
 from .windows_like import MARK, windows_like_python
 
 # the fork server: it runs only where portable.fork_server_runs() (Linux); elsewhere spawned.py takes its place
-LINUX_ONLY = {"cs_basics.harness.grading.zygote"}
+LINUX_ONLY = {"cs_basics.harness.grading.job.zygote"}
 BUGS = {  # a softmax without the max subtracted, an attention without the scale: known mistakes of each problem
     "    exp = torch.exp(in_features - _max_along(in_features, dim))": "    exp = torch.exp(in_features)",
     "    P = softmax(S / math.sqrt(d_k), dim=-1)": "    P = softmax(S, dim=-1)",
@@ -148,9 +150,9 @@ def test_every_module_on_the_students_path_imports_without_unix(windows_python):
     assert done.returncode == 0, done.stderr[-3000:]
     found = json.loads(done.stdout.splitlines()[-1])
     assert len(found["imported"]) > 40 and "cs_basics.harness.rule.scan" in found["imported"]
-    assert {"cs_basics.harness.grading.spawned", "cs_basics.cli", "tests.adapters"} <= set(found["imported"])
+    assert {"cs_basics.harness.grading.job.spawned", "cs_basics.cli", "tests.adapters"} <= set(found["imported"])
     assert set(found["failed"]) == LINUX_ONLY, found["failed"]
-    assert "fcntl" in found["failed"]["cs_basics.harness.grading.zygote"]  # the played Windows refused it
+    assert "fcntl" in found["failed"]["cs_basics.harness.grading.job.zygote"]  # the played Windows refused it
 
 
 def test_the_played_windows_refuses_what_windows_lacks(windows_python):
@@ -207,34 +209,34 @@ def test_a_buggy_solution_fails_in_pytest_and_grade_with_the_usual_messages_with
 @pytest.mark.parametrize("platform", ["win32", "darwin"])
 def test_linux_only_defences_stay_off_elsewhere(monkeypatch, platform):
     """Where `sys.platform` decides: no fork server, no bubblewrap, no uid lease, no seccomp (never reached)."""
-    child = sandbox.child_module()
+    child = child_module()
 
     def reached(machine: str) -> None:
         raise AssertionError(f"seccomp reached on {platform}")
 
     monkeypatch.setattr(child, "seccomp_program", reached)
     monkeypatch.setattr(sys, "platform", platform)
-    sandbox.bubblewrap_runs.cache_clear()
+    bubblewrap_runs.cache_clear()
     try:
         assert not portable.fork_server_runs()
         assert child.forbid_new_processes() is False
-        assert sandbox.choose_sandbox() == "fallback"
+        assert choose_sandbox() == "fallback"
         with pytest.raises(ValueError, match="bubblewrap was asked for, but it needs Linux"):
-            sandbox.choose_sandbox("bubblewrap")
-        with sandbox.Worker() as worker:
+            choose_sandbox("bubblewrap")
+        with Worker() as worker:
             assert worker.spawns and worker.uid is None and worker.lease is None and not worker.isolated
             assert (worker.root / "tool" / "spawned.py").is_file()
             assert "a fresh Python per attempt" in worker.describe()
             assert any("needs Linux" in note for note in worker.skipped())
     finally:
         monkeypatch.undo()
-        sandbox.bubblewrap_runs.cache_clear()
+        bubblewrap_runs.cache_clear()
 
 
 def test_how_a_spawned_child_ended_is_said_as_the_fork_server_says_it():
-    assert sandbox.describe_exit(0) == "exited with status 0"
-    assert sandbox.describe_exit(-9) == "was killed by signal SIGKILL"
-    assert sandbox.describe_exit(0xC00000FD) == "crashed (exception 0xC00000FD)"  # Windows: a stack overflow
+    assert describe_exit(0) == "exited with status 0"
+    assert describe_exit(-9) == "was killed by signal SIGKILL"
+    assert describe_exit(0xC00000FD) == "crashed (exception 0xC00000FD)"  # Windows: a stack overflow
 
 
 def test_bench_on_a_cpu_without_proc_times_both_and_says_why_memory_is_empty(monkeypatch, capsys, tmp_path):
@@ -254,7 +256,7 @@ def spawning_worker():
     """A worker of the fallback sandbox as on a machine without the fork server (Windows, macOS)."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(worker_module, "fork_server_runs", lambda: False)
-        with sandbox.Worker("fallback", Limits(case_seconds=20, released=(SOFTMAX, ATTENTION))) as worker:
+        with Worker("fallback", Limits(case_seconds=20, released=(SOFTMAX, ATTENTION))) as worker:
             assert worker.spawns
             yield worker
 

@@ -11,7 +11,7 @@ hidden_summary = "each"                 # where a platform shows every test (Pra
                                         # case's name, points and pass/fail, or "one_line" for all of them
 student_code = ["cs_basics"]            # what grading takes from a submission
 staff_code = ["mypkg/grading_aids.py"] # ...except these, always taken from this repository (cs_basics's
-                                       # own harness, study and cli.py always are: see grading.TOOLING)
+                                       # own harness, study and cli.py always are: see rule/tooling.py)
 handout_exclude = ["staff_tests"]       # left out of the student handout (besides `hidden`)
 case_seconds = 20                       # each case's time limit in the grader (else `--case-seconds`, 20 s)
 warm = ["torch._dynamo"]                # imported by the grading server before any job (an optimizer's first
@@ -57,7 +57,7 @@ class ConfigError(Exception):
 
 
 @dataclass(frozen=True)
-class Problem:
+class GradedProblem:
     """A problem as grading sees it: its points and rule, from its [tool.cs-basics.problems.NAME] table or
     from its declaration in the cases module (problem.Problem), and the adapters its cases call."""
 
@@ -70,7 +70,7 @@ class Problem:
     case_seconds: float | None = None  # each of its cases' time limit in the grader (None: the course's)
 
     @classmethod
-    def from_table(cls, name: str, table: dict, course: dict | None = None, declared: Any = None) -> Problem:
+    def from_table(cls, name: str, table: dict, course: dict | None = None, declared: Any = None) -> GradedProblem:
         """The problem's own table, or its declaration (`declared`, a problem.Problem); the course-wide
         `forbidden` and `forbidden_ops` (in `course`, the [tool.cs-basics] table) hold for every problem,
         before the problem's own."""
@@ -134,14 +134,14 @@ class Assignment:
         raise ConfigError(f"no pyproject.toml with a [tool.cs-basics] table at or above {start}")
 
     @cached_property
-    def problems(self) -> dict[str, Problem]:
+    def problems(self) -> dict[str, GradedProblem]:
         """Each problem's points and rule: its pyproject.toml table, its declaration among the cases, or both."""
         tables = self.table.get("problems") or {}
         declared = self.declarations
         if not tables and not declared:
             raise ConfigError(f"{self.root / 'pyproject.toml'}: [tool.cs-basics.problems] declares no problem")
         names = [*tables, *(n for n in declared if n not in tables)]
-        return {n: Problem.from_table(n, tables.get(n, {}), self.table, declared.get(n)) for n in names}
+        return {n: GradedProblem.from_table(n, tables.get(n, {}), self.table, declared.get(n)) for n in names}
 
     @cached_property
     def declarations(self) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from cs_basics.harness.portable import scan_notes
 from cs_basics.harness.rule import record
 from cs_basics.harness.rule.fromscratch import FromScratch
 from cs_basics.harness.rule.outputs import plain_outputs
-from cs_basics.harness.rule.scan import Unreadable
+from cs_basics.harness.rule.syntax import Unreadable
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

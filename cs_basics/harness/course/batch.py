@@ -8,7 +8,6 @@ course too large for one machine, `--shard I/N` grades a slice and `cs-basics me
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import dataclasses
 import os
@@ -35,10 +34,12 @@ from cs_basics.harness.course.report import (
 )
 from cs_basics.harness.course.shards import resolve_shard, select, submission_folders
 from cs_basics.harness.device import choose_device
-from cs_basics.harness.grading.command import grade_safely, limits_from, stopping_on_signals
-from cs_basics.harness.grading.results import printable, write_results
-from cs_basics.harness.grading.sandbox import STOP, StaffError, Worker
-from cs_basics.harness.grading.upload import NotGradable, laid_out, written_files
+from cs_basics.harness.grading.command import grade_safely, stopping_on_signals
+from cs_basics.harness.grading.pipeline.upload import NotGradable, laid_out, written_files
+from cs_basics.harness.grading.sandbox.stopping import STOP, StaffError
+from cs_basics.harness.grading.sandbox.worker import Worker
+from cs_basics.harness.grading.settings import GradeSettings
+from cs_basics.harness.grading.writers.results import printable, write_results
 
 
 def has_student_code(assignment: Assignment, folder: Path, uploaded: list[Path] | None = None) -> bool:
@@ -81,23 +82,23 @@ def not_graded(planned: Planned, why: str) -> dict:
 
 
 def grade_many(
-    assignment: Assignment, folder: Path, results_dir: Path, args: argparse.Namespace, started: Worker | None = None
+    assignment: Assignment, folder: Path, results_dir: Path, settings: GradeSettings, started: Worker | None = None
 ) -> int:
-    """Grade a folder of submissions with `args.workers` workers; `started`, one already started, is the first."""
+    """Grade a folder of submissions with `settings.workers` workers; `started`, one already started, is the first."""
     problems = assignment.fixture_problems()
     if problems:  # every grade would stop on it: the staff must act first
         print("cs-basics grade: the course's fixtures fail their checks:\n" + "\n".join(problems), file=sys.stderr)
         return 2
     submissions = submission_folders(folder)
-    shard = resolve_shard(args.shard, os.environ)
-    planned = plan(assignment, select(submissions, shard), results_dir, settings_of(args), args.force)
+    shard = resolve_shard(settings.shard, os.environ)
+    planned = plan(assignment, select(submissions, shard), results_dir, settings_of(settings), settings.force)
     results_dir.mkdir(parents=True, exist_ok=True)
-    workers = args.workers or max(1, (os.cpu_count() or 2) // 2)
+    workers = settings.workers or max(1, (os.cpu_count() or 2) // 2)
     todo, skipped = [p for p in planned if not p.skip], [p for p in planned if p.skip]
     rows = [score_row(p.submission.name, read_or_none(p.results) or {}) for p in skipped]
     what = f"{len(planned)} submissions" + (f" (shard {shard} of {folder})" if shard else "")
-    limits = dataclasses.replace(limits_from(args, workers), threads=max(1, len(os.sched_getaffinity(0)) // workers))
-    device, queue, lock, failures, warming = choose_device(args.device), list(todo), Lock(), [], Lock()
+    limits = dataclasses.replace(settings.limits(workers), threads=max(1, len(os.sched_getaffinity(0)) // workers))
+    device, queue, lock, failures, warming = choose_device(settings.device), list(todo), Lock(), [], Lock()
 
     def take() -> Planned | None:
         with lock:
@@ -105,7 +106,7 @@ def grade_many(
 
     def work(started: Worker | None = None) -> None:
         try:
-            with started or Worker(args.sandbox, limits) as worker:
+            with started or Worker(settings.sandbox, limits) as worker:
                 worker.limits = limits  # a started worker's too: its job's share of the cores
                 worker.hide.append(str(folder))  # no submission sees the others
                 while (planned := take()) is not None:

@@ -35,7 +35,7 @@ from cs_basics.harness.course.handout import (
     untracked_files,
 )
 from cs_basics.harness.course.setup_script import SETUP
-from cs_basics.harness.grading.upload import WRITTEN_KEY, written_files
+from cs_basics.harness.grading.pipeline.upload import WRITTEN_KEY, written_files
 
 CARRIED = Path("path_dependencies")  # where the course's path dependencies outside its folder go
 
@@ -99,7 +99,7 @@ def staff_file(assignment: Assignment, rel: Path) -> bool:
 
 def with_written_files(pyproject: str, written: list[Path]) -> str:
     """The files the student writes named in [tool.cs-basics]: the stubs shipped have no solution markers left
-    to find them by (an upload of bare files is laid out from them: grading/upload.py)."""
+    to find them by (an upload of bare files is laid out from them: grading/pipeline/upload.py)."""
     names = ", ".join(f'"{p.as_posix()}"' for p in written)
     line = f"{WRITTEN_KEY} = [{names}]  # written by `cs-basics autograder`: the stubs have no markers left\n"
     return re.sub(r"(?m)^\[tool\.cs-basics\]\n", lambda m: m.group(0) + line, pyproject, count=1)

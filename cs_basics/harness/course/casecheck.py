@@ -37,7 +37,7 @@ from cs_basics.harness.diagnosis import mistake_outputs, split_stored, staff_onl
 from cs_basics.harness.oneline import thick_adapter
 from cs_basics.harness.problem import Oracle, resolve
 from cs_basics.harness.rule.record import forbids
-from cs_basics.harness.rule.scan import matches, references
+from cs_basics.harness.rule.syntax import matches, references
 
 NAMED = "(known mistake: {name})"
 CPU = torch.device("cpu")

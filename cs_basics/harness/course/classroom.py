@@ -1,7 +1,7 @@
 """The handout's GitHub Classroom workflow: .github/workflows/classroom.yml.
 
 It checks out the student's repository, sets up uv, grades once (`cs-basics grade --format
-github-classroom`: one output per problem in the reporter's format, see grading/classroom.py) and runs
+github-classroom`: one output per problem in the reporter's format, see grading/writers/classroom.py) and runs
 GitHub Classroom's grading reporter over those outputs, one runner per problem. One grading for every
 problem, not a step each: each grading starts torch twice, which the student waits for and the course
 pays in Actions minutes. The workflow runs in the student's repository, so the student can read all of
@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from cs_basics.harness.config import Assignment
-from cs_basics.harness.grading import classroom as grading_classroom
+from cs_basics.harness.grading.writers import classroom as grading_classroom
 
 WORKFLOW = Path(".github/workflows/classroom.yml")
 REPORTER = "classroom-resources/autograding-grading-reporter@v1"

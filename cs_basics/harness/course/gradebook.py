@@ -39,7 +39,7 @@ from pathlib import Path
 from cs_basics.harness.config import Assignment
 from cs_basics.harness.course.regrade import stored
 from cs_basics.harness.course.report import ReportError, inert, read_one, results_paths, total, unfinished
-from cs_basics.harness.grading.results import test_name, write_atomic
+from cs_basics.harness.grading.writers.results import test_name, write_atomic
 
 LMSES = ("canvas", "moodle")
 DEFAULT_KEY = {"canvas": "SIS Login ID", "moodle": "Email address"}
@@ -74,7 +74,9 @@ class Cell:
 
 
 @dataclass
-class Record:
+class CsvRecord:
+    """One record of the LMS's CSV export: its first line, its cells, where it ends in the text."""
+
     line: int
     cells: list[Cell]
     end: int  # where its last cell ends (its line break, if any, follows)
@@ -87,12 +89,12 @@ class Record:
         return len(self.cells) == 1 and not self.cells[0].value and not self.cells[0].quoted
 
 
-def records(text: str, delimiter: str, where: str, limit: int | None = None) -> list[Record]:
+def records(text: str, delimiter: str, where: str, limit: int | None = None) -> list[CsvRecord]:
     """The CSV records of `text` (RFC 4180, and what spreadsheets write: CRLF, LF or CR line breaks, quoted
     cells holding delimiters, quotes and line breaks), each cell with its exact span."""
     breaks = [m.start() for m in re.finditer("\n", text)]
     stop = re.compile(f"[{re.escape(delimiter)}\r\n]")
-    found: list[Record] = []
+    found: list[CsvRecord] = []
     i, n = 0, len(text)
     while i < n and (limit is None or len(found) < limit):
         line, cells = bisect.bisect_left(breaks, i) + 1, []
@@ -123,7 +125,7 @@ def records(text: str, delimiter: str, where: str, limit: int | None = None) -> 
                 i += 1
                 continue
             break
-        found.append(Record(line, cells, i))
+        found.append(CsvRecord(line, cells, i))
         i += 2 if text.startswith("\r\n", i) else 1
     return found
 
@@ -135,7 +137,7 @@ class Sheet:
     bom: bytes
     text: str
     delimiter: str
-    records: list[Record]
+    records: list[CsvRecord]
 
     @property
     def header(self) -> list[str]:
@@ -382,7 +384,7 @@ def refuse_column(lms: str, sheet: Sheet, header: str, key: str) -> None:
         raise GradebookError(f"--column {header!r}: no grade goes into {sheet.path}'s column {header!r}: {why}")
 
 
-def canvas_rows(sheet: Sheet) -> tuple[Record | None, list[Record]]:
+def canvas_rows(sheet: Sheet) -> tuple[CsvRecord | None, list[CsvRecord]]:
     """The Points Possible row and the rows Canvas's importer skips (the Manual Posting row, blank lines)."""
     header = sheet.header
     if not (len(header) > 3 and "Student" in header[0] and "ID" in header[1]) and not (
@@ -423,9 +425,9 @@ class Layout:
     key: int  # the column identifying students
     target: int | None  # the column to fill; None: a new one, after the last
     header: str
-    points_row: Record | None  # Canvas's Points Possible
-    skipped: list[Record]  # rows that are no student's: Canvas's Points Possible and Manual Posting rows
-    students: list[Record]
+    points_row: CsvRecord | None  # Canvas's Points Possible
+    skipped: list[CsvRecord]  # rows that are no student's: Canvas's Points Possible and Manual Posting rows
+    students: list[CsvRecord]
 
 
 def layout(sheet: Sheet, lms: str, key: str, column: str, add_column: bool) -> Layout:
@@ -478,16 +480,16 @@ def points_of(found: Layout, lms: str, points_possible: float | None, course_max
     return scale
 
 
-def canvas_name(sheet: Sheet, record: Record) -> str:
+def canvas_name(sheet: Sheet, record: CsvRecord) -> str:
     """The student's name as Canvas sorts it: `Student`, or `LastName, FirstName` where the export splits it."""
     if sheet.header[:2] == ["LastName", "FirstName"]:
         return f"{record.value(0).strip()}, {record.value(1).strip()}"
     return record.value(0).strip()
 
 
-def roster_index(sheet: Sheet, found: Layout, lms: str, key: str, filled: Filled) -> dict[str, Record]:
+def roster_index(sheet: Sheet, found: Layout, lms: str, key: str, filled: Filled) -> dict[str, CsvRecord]:
     """Each student's row by their identifier (case aside); rows that are no one's are passed over."""
-    by_key: dict[str, Record] = {}
+    by_key: dict[str, CsvRecord] = {}
     for record in found.students:
         who = record.value(found.key)
         if lms == "canvas" and canvas_name(sheet, record) in CANVAS_TEST_STUDENT:

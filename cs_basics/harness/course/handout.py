@@ -35,8 +35,8 @@ import torch
 
 from cs_basics.harness.config import Assignment
 from cs_basics.harness.course import casecheck, classroom
-from cs_basics.harness.grading.grade import grade, student_files
-from cs_basics.harness.rule.fromscratch import TOOLING
+from cs_basics.harness.grading.pipeline.grade import grade, student_files
+from cs_basics.harness.rule.tooling import TOOLING
 
 BEGIN, END = "# BEGIN SOLUTION", "# END SOLUTION"
 # tooling that computes an answer from scratch: its body is cut as the student's files are (the rule also

@@ -31,7 +31,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 import cs_basics
-from cs_basics.harness.grading.formats import WRITERS
+from cs_basics.harness.grading.writers.formats import WRITERS
 
 HARNESS_ROOT = Path(cs_basics.__file__).resolve().parent.parent  # the checkout (or site-packages) holding cs_basics/
 PREVIOUS = "../cs_basics"  # where the handout expects the students' previous assignment (its README says so)

@@ -25,7 +25,7 @@ from pathlib import Path
 from cs_basics.harness.config import Assignment
 from cs_basics.harness.course.bundle import CARRIED, grader_files
 from cs_basics.harness.course.handout import write_files
-from cs_basics.harness.grading.upload import written_files
+from cs_basics.harness.grading.pipeline.upload import written_files
 
 GRADER = "cs_basics"  # the folder in serverFilesCourse
 VENV = "/opt/cs-basics/.venv"  # the image's environment (the locked dependencies, not the course's code)

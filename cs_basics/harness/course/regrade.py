@@ -21,7 +21,8 @@ from pathlib import Path
 
 from cs_basics.harness.config import Assignment
 from cs_basics.harness.fixtures import MANIFEST
-from cs_basics.harness.grading.grade import PACKAGE, case_modules, module_package, take
+from cs_basics.harness.grading.pipeline.grade import PACKAGE, case_modules, module_package, take
+from cs_basics.harness.grading.settings import GradeSettings
 
 EXTRA = "cs_basics"  # our key in the results file's `extra_data`
 
@@ -99,10 +100,10 @@ def fingerprint(course: Mapping[str, str], assignment: Assignment, submission: P
     return {"fingerprint": sha256(canonical(parts)), "parts": parts}
 
 
-def settings_of(args) -> dict:
+def settings_of(settings: GradeSettings) -> dict:
     """The grading options that can change a grade."""
     names = ("device", "case_seconds", "total_seconds", "timeouts_per_problem", "memory_mb", "tmp_mb", "release")
-    return {name: getattr(args, name, None) for name in names}
+    return {name: getattr(settings, name) for name in names}
 
 
 def stamp(data: dict, fingerprint: dict | None, error: str = "") -> dict:

@@ -37,7 +37,7 @@ from rich.table import Table
 
 from cs_basics.harness.course.regrade import EXTRA, stored
 from cs_basics.harness.course.shards import shard_of, submission_folders
-from cs_basics.harness.grading.results import printable, write_atomic, write_results
+from cs_basics.harness.grading.writers.results import printable, write_atomic, write_results
 from cs_basics.harness.text import printable_data, safe_terminal
 
 SCORES, ITEMS, PROBLEMS = "scores.csv", "items.csv", "problems.csv"

@@ -17,12 +17,13 @@ from rich.markup import escape
 
 from cs_basics.harness.config import Assignment, ConfigError
 from cs_basics.harness.device import choose_device
-from cs_basics.harness.grading.formats import GRADESCOPE, Output
-from cs_basics.harness.grading.grade import Grade, GradingError, grade
-from cs_basics.harness.grading.limits import limits_from as limits_from  # the command line's, for the course's tools
-from cs_basics.harness.grading.results import print_table, printable
-from cs_basics.harness.grading.sandbox import STOP, Limits, StaffError, Worker, stopping_on_signals
-from cs_basics.harness.grading.upload import NotGradable, laid_out
+from cs_basics.harness.grading.pipeline.grade import Grade, GradingError, grade
+from cs_basics.harness.grading.pipeline.upload import NotGradable, laid_out
+from cs_basics.harness.grading.sandbox.limits import Limits
+from cs_basics.harness.grading.sandbox.stopping import STOP, StaffError, stopping_on_signals
+from cs_basics.harness.grading.sandbox.worker import Worker
+from cs_basics.harness.grading.writers.formats import GRADESCOPE, Output
+from cs_basics.harness.grading.writers.results import print_table, printable
 from cs_basics.harness.text import safe_terminal
 
 

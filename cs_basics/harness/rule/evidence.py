@@ -13,7 +13,7 @@ The writer keeps what it needs in its closure, taken when the channel is made (b
 is imported): replacing `os.write`, `json` or the channel's attributes later changes nothing it does.
 Every line the process sends, its reports (a case started, done, failed) as well as its evidence, carries
 the channel's token and the next number, written whole under one lock: the grader reads them as a
-protocol (grading/protocol.py) in which a line missing, repeated, out of order or not written by this
+protocol (grading/pipeline/protocol.py) in which a line missing, repeated, out of order or not written by this
 writer shows, and costs the problem. A line that cannot be written ends the process at once with
 `LOST_STATUS`: the grader holds the problem ("the rule's record was cut off").
 
@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from cs_basics.harness.rule.record import Record
+    from cs_basics.harness.rule.sightings import Record
 
 EVENT = "evidence"  # the progress event of one piece of evidence
 LOST_STATUS = 86  # the child's exit status when a line of evidence could not be written
@@ -101,7 +101,7 @@ class Received:
 def merged(record: Record, lines: list[dict], complete: bool = True) -> Record:
     """A case's record as the grader decides from it: what its report said, and every line of evidence that
     reached the grader for the case (a line can only add); `complete` False when lines were lost."""
-    from cs_basics.harness.rule.record import Computed, Record, Sighting
+    from cs_basics.harness.rule.sightings import Computed, Record, Sighting
 
     whole = Record(list(record.sightings), list(record.tampering), list(record.processes), list(record.library))
     whole.cut_off = list(record.cut_off)

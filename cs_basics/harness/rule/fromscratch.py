@@ -17,30 +17,17 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-from cs_basics.harness.config import Assignment, Problem
+from cs_basics.harness.config import Assignment, GradedProblem
 from cs_basics.harness.rule.allowed import ALLOWED
+from cs_basics.harness.rule.constructs import Construct
 from cs_basics.harness.rule.evidence import combined
 from cs_basics.harness.rule.glue import GLUE
 from cs_basics.harness.rule.library import LibraryCalls
-from cs_basics.harness.rule.record import (
-    UNAVAILABLE,
-    Computed,
-    Record,
-    StudentFrames,
-    Watch,
-    forbids,
-    recording,
-    student_predicate,
-)
-from cs_basics.harness.rule.scan import Construct, Use
+from cs_basics.harness.rule.record import UNAVAILABLE, Watch, forbids, recording
 from cs_basics.harness.rule.scanprocess import Scanner, scan_bounded, scan_result, start_scan
-
-# cs_basics's tooling, not the student's: the grader stages its own copy over the submission's and
-# never scans it, in this assignment and in any later one that grades the student's cs_basics
-TOOLING = ("cs_basics/harness", "cs_basics/study", "cs_basics/cli.py")
-# the packages that hold the tooling: the student's own `cs_basics` (its `__init__.py` is the student's), which the
-# grader's child makes a shell of to load its own modules from before any file of the submission runs
-TOOLING_PACKAGES = sorted({path.split("/")[0] for path in TOOLING if "/" in path})
+from cs_basics.harness.rule.sightings import Computed, Record, StudentFrames
+from cs_basics.harness.rule.syntax import Use
+from cs_basics.harness.rule.tooling import TOOLING, student_predicate
 
 
 def excluded_code(assignment: Assignment) -> list[str]:
@@ -240,7 +227,7 @@ class FromScratch:
     def held(self) -> dict[str, list[Construct]]:
         return {name: found for name, (_, found) in self.scanned.items()}
 
-    def problem(self, name: str) -> Problem:
+    def problem(self, name: str) -> GradedProblem:
         return self.assignment.problems[name]
 
     @cached_property

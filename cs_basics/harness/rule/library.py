@@ -31,10 +31,10 @@ from types import CodeType, FrameType
 from typing import Protocol
 
 from cs_basics.harness.rule.glue import GLUE, WRAPPERS
+from cs_basics.harness.rule.tooling import HARNESS_PACKAGE
 
 STUDENT, HARNESS, LIBRARY, WRAPPER, GENERATED, PASS = range(6)  # WRAPPER: library code named by what it runs
 PACKAGE_DIRS = ("site-packages", "dist-packages")
-HARNESS_PACKAGE = Path(__file__).resolve().parents[2]  # this harness's `cs_basics` (tooling, study, reference)
 RULE_DIR = Path(__file__).resolve().parent
 STDLIB_DIRS = tuple({Path(os.__file__).resolve().parent, Path(sysconfig.get_paths()["stdlib"]).resolve()})
 GENERATED_NAME = "code generated at run time"

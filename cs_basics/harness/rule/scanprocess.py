@@ -39,7 +39,8 @@ import time
 from pathlib import Path
 from typing import NoReturn
 
-from cs_basics.harness.rule.scan import STACK_BYTES, Unreadable, bounded_scan
+from cs_basics.harness.rule.scan import bounded_scan
+from cs_basics.harness.rule.syntax import STACK_BYTES, Unreadable
 
 SCAN_MEMORY = 1 << 30  # the scan's process: real code of 5 MiB (the largest graded) parses in about 250 MiB
 SCAN_SECONDS = 60.0  # real code of 5 MiB parses in about 5 s on a loaded 2-core machine

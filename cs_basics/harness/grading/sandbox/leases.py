@@ -13,7 +13,7 @@ import socket
 import subprocess
 import time
 
-from cs_basics.harness.grading.stopping import STOP, StaffError, stop_reason
+from cs_basics.harness.grading.sandbox.stopping import STOP, StaffError, stop_reason
 
 UID_BASE, UID_COUNT = 61000, 4000  # the jobs' uids when the grader is root: no login, one per worker
 

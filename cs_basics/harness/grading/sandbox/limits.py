@@ -2,38 +2,29 @@
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import os
 import re
 from dataclasses import dataclass
 
-from cs_basics.harness.cgroup import CgroupMemory, oom_kills, own_memory
-
-# What the grader holds besides the submission's code, for fitting the code's limit into the memory the
-# machine gives (docs/benchmarks.md, "Memory"): the grader and each worker's grading server import torch,
-# about 300 MiB of their own each (torch 2.15's native start-up and its Python objects), beside the pages
-# of torch's libraries they share and the scan process; one grading of the reference peaked at 633 MiB.
-GRADER_MB = 340
-SERVER_MB = 340  # each worker: its grading server and scan process, and what a child copies of the server's pages
-CODE_FLOOR_MB = 64  # the least a submission's code is given, whatever the container: below it correct code fails
+from cs_basics.harness.cgroup import CgroupMemory, oom_kills
+from cs_basics.harness.grading.sandbox.policy import CODE_FLOOR_MB, GRADER_MB, LIMITS, SERVER_MB
 
 
 @dataclass(frozen=True)
 class Limits:
-    case_seconds: float = 20.0  # each case; the reference needs milliseconds
-    import_seconds: float = 120.0  # importing the submission (and the device's start-up)
-    total_seconds: float = 270.0  # the whole submission: any submission is graded in under 5 minutes
-    timeouts_per_problem: int = 2  # after this many cases of a problem ran out of time, its other cases are not run
-    # what the submission's code may allocate (RLIMIT_DATA, counted from the fork server's own data, which
-    # its process inherits); lowered to what the container's memory leaves (within_memory)
-    memory_mb: int = 4096
-    file_mb: int = 64  # the largest file the child may write
-    tmp_mb: int = 512  # what the job's /tmp, /var/tmp, /dev/shm and working folder hold together (memory)
-    output_kb: int = 64  # how much of the child's stdout and stderr is kept
-    processes: int = 256  # RLIMIT_NPROC, when the child runs under its own uid
-    progress_line_kb: int = 64  # a longer line on the progress channel is dropped
-    progress_mb: int = 16  # the most the grader reads from the progress channel of one job
+    # the defaults and what each bounds: policy.LIMITS
+    case_seconds: float = LIMITS["case_seconds"]
+    import_seconds: float = LIMITS["import_seconds"]
+    total_seconds: float = LIMITS["total_seconds"]
+    timeouts_per_problem: int = LIMITS["timeouts_per_problem"]
+    memory_mb: int = LIMITS["memory_mb"]
+    file_mb: int = LIMITS["file_mb"]
+    tmp_mb: int = LIMITS["tmp_mb"]
+    output_kb: int = LIMITS["output_kb"]
+    processes: int = LIMITS["processes"]
+    progress_line_kb: int = LIMITS["progress_line_kb"]
+    progress_mb: int = LIMITS["progress_mb"]
     # torch's threads in the child (0: torch's default, one per core). A batch gives each of its workers its
     # share of the cores: two children of two threads each on two cores spin in OpenMP's barriers, waiting for
     # a thread that is not running, and the graded cases (small tensors) took ten times as long
@@ -52,22 +43,6 @@ def released_by_environment() -> tuple[str, ...]:
     a PrairieLearn question's entrypoint, Gradescope's run_autograder); never the submission, whose code runs
     only in the child."""
     return tuple(p.strip() for p in os.environ.get(RELEASE_ENV, "").split(",") if p.strip())
-
-
-def limits_from(args: argparse.Namespace, workers: int = 1) -> Limits:
-    """The limits `cs-basics grade`'s options give, within the memory this machine gives `workers` gradings."""
-    return within_memory(
-        Limits(
-            case_seconds=args.case_seconds,
-            total_seconds=args.total_seconds,
-            memory_mb=args.memory_mb,
-            tmp_mb=args.tmp_mb,
-            timeouts_per_problem=args.timeouts_per_problem,
-            released=tuple(getattr(args, "release", None) or ()) or released_by_environment(),
-        ),
-        own_memory(),
-        workers,
-    )
 
 
 def within_memory(limits: Limits, memory: CgroupMemory | None, workers: int = 1) -> Limits:

@@ -27,8 +27,9 @@ import xml.etree.ElementTree as ET
 
 from cs_basics.harness.cases import Case
 from cs_basics.harness.config import Assignment
-from cs_basics.harness.grading.grade import Grade
-from cs_basics.harness.grading.prairielearn import (
+from cs_basics.harness.grading.pipeline.grade import Grade
+from cs_basics.harness.grading.pipeline.runs import stopped_for_time
+from cs_basics.harness.grading.writers.prairielearn import (
     MESSAGE_BYTES,
     OUTPUT_BYTES,
     hidden_summary,
@@ -36,8 +37,7 @@ from cs_basics.harness.grading.prairielearn import (
     over_time_note,
     summary_until_graded,
 )
-from cs_basics.harness.grading.results import cut_to_bytes, not_gradable_why, printed_section, test_name
-from cs_basics.harness.grading.runs import stopped_for_time
+from cs_basics.harness.grading.writers.results import cut_to_bytes, not_gradable_why, printed_section, test_name
 from cs_basics.harness.text import printable
 
 NOT_RUN = "not run"  # how the grader's message for a case it never ran begins

@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from cs_basics.harness.grading.leases import job_uid_range
-from cs_basics.harness.grading.litter import LITTER
+from cs_basics.harness.grading.sandbox.leases import job_uid_range
+from cs_basics.harness.grading.sandbox.litter import LITTER
+from cs_basics.harness.grading.sandbox.policy import SERVER_READ_ONLY, SERVER_SYSTEM_TOPS
 from cs_basics.harness.portable import fork_server_runs
 
 SANDBOX_ENV = "CS_BASICS_SANDBOX"  # "bubblewrap", "fallback", or unset: bubblewrap where it runs
@@ -170,8 +171,8 @@ def bubblewrap_view(writable: list[str], tmp_mb: int = 1, own_proc: bool = True)
     (read-only), fresh /proc (else the container's: `own_proc`), /dev and temporary folders (each of at most
     `tmp_mb`: the server writes nothing there, a job with namespaces has its own), and `writable`; not /root,
     /home or /work."""
-    args = ["--ro-bind", "/usr", "/usr", "--ro-bind", "/etc", "/etc"]
-    for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+    args = [arg for folder in SERVER_READ_ONLY for arg in ("--ro-bind", folder, folder)]
+    for top in SERVER_SYSTEM_TOPS:
         if os.path.islink(top):
             args += ["--symlink", os.readlink(top), top]
         elif os.path.isdir(top):

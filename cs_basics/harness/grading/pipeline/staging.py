@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cs_basics.harness.config import Assignment
-from cs_basics.harness.grading import intake
-from cs_basics.harness.rule.fromscratch import TOOLING
+from cs_basics.harness.grading.pipeline import intake
+from cs_basics.harness.rule.tooling import HARNESS_PACKAGE, TOOLING
 
-PACKAGE = Path(__file__).resolve().parents[2]  # the grader's own cs_basics
+PACKAGE = HARNESS_PACKAGE  # the grader's own cs_basics
 
 
 def copy_regular(src: Path, dst: Path) -> None:

@@ -3,7 +3,7 @@ network, System V IPC, and memory that RLIMIT_DATA does not count where the job 
 
 Loaded by path by the grading server (zygote.py), beside child.py, never as part of `cs_basics` (the student's
 package has that name); it imports nothing of ours. The server's child calls, as root before its uid changes,
-`join_cgroup` (the worker's memory cgroup for its jobs, where the grader could make one: grading/jobcgroup.py)
+`join_cgroup` (the worker's memory cgroup for its jobs, where the grader could make one: grading/sandbox/jobcgroup.py)
 and, with namespaces of its own, `seal_dev_zero`; then, with its own uid, installs `confinement_program`:
 
 - sockets of any family but AF_UNIX (AF_INET, AF_INET6, AF_NETLINK, AF_PACKET, ...) and io_uring (whose
@@ -15,7 +15,7 @@ and, with namespaces of its own, `seal_dev_zero`; then, with its own uid, instal
   job's uid owns when the job ends: litter.remove_ipc);
 - where the job's memory is limited and no cgroup counts it: shared anonymous mappings (MAP_SHARED |
   MAP_ANONYMOUS) and memfd_create, whose pages RLIMIT_DATA does not count (a submission held 5.6 GiB under a
-  4 GiB limit). /dev/zero mapped shared is such memory too: Landlock leaves it unwritable (zygote.device_rules),
+  4 GiB limit). /dev/zero mapped shared is such memory too: Landlock leaves it unwritable (landlock.device_rules),
   and in the job's own mount namespace `seal_dev_zero` makes it unopenable.
 
 A system call of another ABI (32-bit, x32), which could reach these through other numbers or multiplexers
@@ -26,6 +26,7 @@ import contextlib
 import ctypes
 import errno
 import os
+import types
 
 # seccomp: BPF over struct seccomp_data {int nr; u32 arch; u64 ip; u64 args[6]} (little-endian: an argument's
 # low half is at its offset)
@@ -33,21 +34,17 @@ LD_W_ABS, JEQ_K, JGE_K, JSET_K, RET_K = 0x20, 0x15, 0x35, 0x45, 0x06
 ARCH, NR, FIRST_ARG, FOURTH_ARG = 4, 0, 16, 40
 X32_BIT = 0x40000000
 RET_ALLOW, RET_ERRNO = 0x7FFF0000, 0x00050000
-AF_UNIX, MAP_SHARED, MAP_ANONYMOUS = 1, 0x01, 0x20  # MAP_SHARED_VALIDATE (3) has MAP_SHARED's bit
-
-# arch: (AUDIT_ARCH, socket, socketpair, io_uring_setup, System V's and POSIX message queues' calls, mmap,
-# memfd_create)
-CALLS = {
-    "x86_64": (0xC000003E, 41, 53, 425, (29, 30, 31, 67, 64, 65, 66, 220, 68, 69, 70, 71, 240), 9, 319),
-    "aarch64": (0xC00000B7, 198, 199, 425, (194, 195, 196, 197, 190, 191, 192, 193, 186, 187, 188, 189, 180), 222, 279),
-}
+MAP_SHARED, MAP_ANONYMOUS = 0x01, 0x20  # MAP_SHARED_VALIDATE (3) has MAP_SHARED's bit
 
 
-def confinement_program(machine: str, refuse_shared_memory: bool) -> list[tuple[int, int, int, int]] | None:
-    """The seccomp program (see above); None where the machine's system calls are not known here."""
-    if machine not in CALLS:
+def confinement_program(
+    machine: str, refuse_shared_memory: bool, policy: types.ModuleType
+) -> list[tuple[int, int, int, int]] | None:
+    """The seccomp program (see above) of the sandbox's `policy` (its NETWORK_IPC_CALLS and SOCKET_FAMILY_ALLOWED:
+    sandbox/policy.py, which the server loaded); None where the machine's system calls are not known there."""
+    if machine not in policy.NETWORK_IPC_CALLS:
         return None
-    arch, socket, socketpair, io_uring, ipc, mmap, memfd = CALLS[machine]
+    arch, socket, socketpair, io_uring, ipc, mmap, memfd = policy.NETWORK_IPC_CALLS[machine]
     body = [(LD_W_ABS, None, None, ARCH), (JEQ_K, None, "deny", arch), (LD_W_ABS, None, None, NR)]
     body += [(JGE_K, "deny", None, X32_BIT), (JEQ_K, "family", None, socket), (JEQ_K, "family", None, socketpair)]
     body += [(JEQ_K, "deny", None, nr) for nr in (io_uring, *ipc)]
@@ -55,7 +52,7 @@ def confinement_program(machine: str, refuse_shared_memory: bool) -> list[tuple[
         body += [(JEQ_K, "deny", None, memfd), (JEQ_K, "mapping", None, mmap)]
     body += [(JEQ_K, "allow", "allow", 0)]  # any other call
     blocks = {
-        "family": [(LD_W_ABS, None, None, FIRST_ARG), (JEQ_K, "allow", "no_family", AF_UNIX)],
+        "family": [(LD_W_ABS, None, None, FIRST_ARG), (JEQ_K, "allow", "no_family", policy.SOCKET_FAMILY_ALLOWED)],
         "mapping": [(LD_W_ABS, None, None, FOURTH_ARG), (JSET_K, None, "allow", MAP_ANONYMOUS)],
         "mapping_shared": [(JSET_K, "deny", "allow", MAP_SHARED)],
     }

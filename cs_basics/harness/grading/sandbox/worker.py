@@ -10,13 +10,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cs_basics.harness.grading.attempts import Attempt, ChildLog, SpawnedAttempt
-from cs_basics.harness.grading.bubblewrap import SANDBOX_ENV, bubblewrap_runs, choose_sandbox
-from cs_basics.harness.grading.confine import CALLS
-from cs_basics.harness.grading.jobcgroup import JobCgroup, job_memory_mb, make_job_cgroup
-from cs_basics.harness.grading.leases import kill_uid, lease_uid, processes_of
-from cs_basics.harness.grading.limits import Limits
-from cs_basics.harness.grading.litter import (
+from cs_basics.harness.grading.sandbox.attempts import Attempt, ChildLog, SpawnedAttempt
+from cs_basics.harness.grading.sandbox.bubblewrap import SANDBOX_ENV, bubblewrap_runs, choose_sandbox
+from cs_basics.harness.grading.sandbox.jobcgroup import JobCgroup, job_memory_mb, make_job_cgroup
+from cs_basics.harness.grading.sandbox.leases import kill_uid, lease_uid, processes_of
+from cs_basics.harness.grading.sandbox.limits import Limits
+from cs_basics.harness.grading.sandbox.litter import (
     Hoard,
     become_subreaper,
     reap_orphans,
@@ -24,18 +23,19 @@ from cs_basics.harness.grading.litter import (
     remove_litter,
     remove_tree,
 )
-from cs_basics.harness.grading.server import Server, install_tool
-from cs_basics.harness.grading.stopping import StaffError
+from cs_basics.harness.grading.sandbox.policy import NETWORK_IPC_CALLS
+from cs_basics.harness.grading.sandbox.server import Server, install_tool
+from cs_basics.harness.grading.sandbox.stopping import StaffError
 from cs_basics.harness.portable import fork_server_runs, is_root, skipped, unix_module
 from cs_basics.harness.rule.scanprocess import Scanner
 
 if TYPE_CHECKING:
-    from cs_basics.harness.grading.staging import Overlay
+    from cs_basics.harness.grading.pipeline.staging import Overlay
 
 
 def seccomp_known() -> bool:
     """Whether confine.py knows this machine's system calls (else no seccomp refuses the job anything)."""
-    return os.uname().machine in CALLS
+    return os.uname().machine in NETWORK_IPC_CALLS
 
 
 # installed libraries the grading server loads only once a job's code names one (speed only): einx's torch

@@ -22,8 +22,8 @@ import math
 
 from cs_basics.harness.cases import Case, points_by_case
 from cs_basics.harness.config import Assignment
-from cs_basics.harness.grading.grade import Grade
-from cs_basics.harness.grading.results import cut_to_bytes, not_gradable_why, test_name
+from cs_basics.harness.grading.pipeline.grade import Grade
+from cs_basics.harness.grading.writers.results import cut_to_bytes, not_gradable_why, test_name
 from cs_basics.harness.text import json_text
 
 WORKFLOW_NAME = "Autograding Tests"  # the handout's workflow, named as Classroom names its own

@@ -21,12 +21,11 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import TYPE_CHECKING
 
-from cs_basics.harness.grading.protocol import Garbled
-from cs_basics.harness.grading.server import HERE, server_env
-from cs_basics.harness.grading.stopping import STOP, StaffError
+from cs_basics.harness.grading.sandbox.server import JOB, server_env
+from cs_basics.harness.grading.sandbox.stopping import STOP, StaffError
 
 if TYPE_CHECKING:
-    from cs_basics.harness.grading.worker import Worker
+    from cs_basics.harness.grading.sandbox.worker import Worker
 
 FINISHED_GRACE_SECONDS = 1.0  # how long a child that said it finished may take to end before it is killed
 
@@ -47,6 +46,13 @@ class ChildLog:
     def text(self) -> str:
         text = self.kept.decode(errors="replace")
         return text + (f"\n[... {self.dropped} more bytes of output cut]" if self.dropped else "")
+
+
+@dataclass(frozen=True)
+class Garbled:
+    """A line of the channel that is not one JSON object (`Lines` yields it; pipeline/protocol.py charges it)."""
+
+    why: str
 
 
 class Lines:
@@ -191,7 +197,7 @@ class Attempt:
 @cache
 def child_module():
     """child.py, loaded by path as the server loads it (never part of `cs_basics`): its grouping of cases."""
-    spec = importlib.util.spec_from_file_location("_grading_child", HERE / "child.py")
+    spec = importlib.util.spec_from_file_location("_grading_child", JOB / "child.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

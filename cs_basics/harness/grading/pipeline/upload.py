@@ -20,7 +20,7 @@ from itertools import islice
 from pathlib import Path
 
 from cs_basics.harness.config import Assignment
-from cs_basics.harness.grading import intake
+from cs_basics.harness.grading.pipeline import intake
 from cs_basics.harness.rule.fromscratch import student_files
 
 SOLUTION_MARK = "# BEGIN SOLUTION"  # the handout's marker: a file the student writes

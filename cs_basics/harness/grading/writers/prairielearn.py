@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from cs_basics.harness.cases import Case
 from cs_basics.harness.config import Assignment, ConfigError
-from cs_basics.harness.grading.grade import Grade
-from cs_basics.harness.grading.results import cut_to_bytes, printed_section, sentences, test_name
-from cs_basics.harness.grading.runs import stopped_for_time
+from cs_basics.harness.grading.pipeline.grade import Grade
+from cs_basics.harness.grading.pipeline.runs import stopped_for_time
+from cs_basics.harness.grading.writers.results import cut_to_bytes, printed_section, sentences, test_name
 from cs_basics.harness.rule.fromscratch import HELD
 
 RESULTS_LIMIT = 1 << 20  # bytes: PrairieLearn's grader host refuses a larger results.json

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from cs_basics.harness.grading.sandbox.attempts import Garbled
+
 # each event the harness sends, with the fields it carries besides "event", "t" and "n"
 FIELDS = {
     "armed": set(),
@@ -38,13 +40,6 @@ FIELDS = {
 }
 EVIDENCE_KINDS = {"sighting", "refused", "library", "tampering", "process"}
 STAFF_ERROR = "staff_error"  # sent raw (no token) by the harness when it fails before any student code ran
-
-
-@dataclass(frozen=True)
-class Garbled:
-    """A line of the channel that is not one JSON object (grading/attempts.py's Lines yields it)."""
-
-    why: str
 
 
 @dataclass

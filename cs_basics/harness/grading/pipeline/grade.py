@@ -19,23 +19,24 @@ import torch
 from cs_basics.harness.cases import Case, run_check
 from cs_basics.harness.config import Assignment, ConfigError
 from cs_basics.harness.diagnosis import explain_crash
-from cs_basics.harness.grading.bubblewrap import python_paths
-from cs_basics.harness.grading.limits import Limits
-from cs_basics.harness.grading.runs import CaseRun, run_cases
-from cs_basics.harness.grading.staging import PACKAGE as PACKAGE  # regrade's import
-from cs_basics.harness.grading.staging import Overlay, case_modules
-from cs_basics.harness.grading.staging import module_package as module_package  # regrade's import
-from cs_basics.harness.grading.staging import stage as stage  # the tests' import
-from cs_basics.harness.grading.staging import take as take  # regrade's import
-from cs_basics.harness.grading.stopping import StaffError
-from cs_basics.harness.grading.worker import Worker, named_libraries
+from cs_basics.harness.grading.pipeline.runs import CaseRun, run_cases
+from cs_basics.harness.grading.pipeline.staging import PACKAGE as PACKAGE  # regrade's import
+from cs_basics.harness.grading.pipeline.staging import Overlay, case_modules
+from cs_basics.harness.grading.pipeline.staging import module_package as module_package  # regrade's import
+from cs_basics.harness.grading.pipeline.staging import stage as stage  # the tests' import
+from cs_basics.harness.grading.pipeline.staging import take as take  # regrade's import
+from cs_basics.harness.grading.sandbox.bubblewrap import python_paths
+from cs_basics.harness.grading.sandbox.limits import Limits
+from cs_basics.harness.grading.sandbox.stopping import StaffError
+from cs_basics.harness.grading.sandbox.worker import Worker, named_libraries
 from cs_basics.harness.portable import scan_notes
-from cs_basics.harness.rule.fromscratch import HELD, TOOLING_PACKAGES, FromScratch, excluded_code, runtime_breach
+from cs_basics.harness.rule.fromscratch import HELD, FromScratch, excluded_code, runtime_breach
 from cs_basics.harness.rule.fromscratch import student_files as student_files  # the handout's import
 from cs_basics.harness.rule.glue import GLUE
 from cs_basics.harness.rule.record import recording
-from cs_basics.harness.rule.scan import Unreadable
 from cs_basics.harness.rule.scanprocess import Scanner
+from cs_basics.harness.rule.syntax import Unreadable
+from cs_basics.harness.rule.tooling import TOOLING_PACKAGES
 from cs_basics.harness.text import printable
 
 HIDDEN_BREACH = (  # a public case's entry, when a hidden case broke the rule: that case's entry says how

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cs_basics.harness.config import Assignment
-from cs_basics.harness.grading import classroom, junit, prairielearn, results
-from cs_basics.harness.grading.grade import Grade
+from cs_basics.harness.grading.pipeline.grade import Grade
+from cs_basics.harness.grading.writers import classroom, junit, prairielearn, results
 from cs_basics.harness.text import json_text
 
 GRADE_ROOT = "CS_BASICS_GRADE_ROOT"  # PrairieLearn's /grade, moved (the staff tests lay one out in a temp folder)

@@ -13,21 +13,24 @@ import subprocess
 import sys
 from pathlib import Path
 
-from cs_basics.harness.grading.bubblewrap import (
+from cs_basics.harness.grading.sandbox.bubblewrap import (
     BubblewrapCommand,
     bubblewrap_command,
     bubblewrap_runs,
     bubblewrap_view,
 )
-from cs_basics.harness.grading.limits import Limits
-from cs_basics.harness.grading.stopping import StaffError
+from cs_basics.harness.grading.sandbox.limits import Limits
+from cs_basics.harness.grading.sandbox.stopping import StaffError
 
 # no torch here: `cs-basics grade` starts the grading server (which imports torch) before the grader imports it,
 # so that the two imports run side by side
 
-HERE = Path(__file__).resolve().parent
+JOB = Path(__file__).resolve().parent.parent / "job"  # what runs inside the job, by path
 
-SERVER_FILES = ("zygote.py", "child.py", "confine.py", "spawned.py")  # spawned.py: where there is no fork server
+# what install_tool copies beside each other: the job's files (spawned.py: where there is no fork server) and the
+# sandbox's policy, plain data they load by path (they may import only the standard library)
+JOB_FILES = ("zygote.py", "child.py", "confine.py", "landlock.py", "spawned.py")
+SERVER_FILES = (*(JOB / name for name in JOB_FILES), Path(__file__).resolve().parent / "policy.py")
 
 PASSED_ENV = ("CUDA_", "NVIDIA_", "LD_LIBRARY_PATH", "OMP_NUM_THREADS", "MKL_", "ATEN_CPU_CAPABILITY")
 
@@ -108,8 +111,8 @@ def install_tool(root: Path) -> Path:
     """The server's and the child's files, copied to `root`/tool (the job may not see the course's repository)."""
     tool = root / "tool"
     tool.mkdir(exist_ok=True)
-    for name in SERVER_FILES:
-        shutil.copyfile(HERE / name, tool / name)
+    for path in SERVER_FILES:
+        shutil.copyfile(path, tool / path.name)
     return tool
 
 

@@ -38,6 +38,17 @@ import types
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+
+
+def load(name: str):
+    """A module beside this file, by path (never `cs_basics`: the student's package has that name)."""
+    spec = importlib.util.spec_from_file_location(f"_grading_{name}", HERE / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+LANDLOCK = load("landlock")  # the files of a job without namespaces, confined (landlock.py)
 libc = ctypes.CDLL(None, use_errno=True)
 CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWPID, CLONE_NEWNET = 0x20000, 0x08000000, 0x20000000, 0x40000000
 MS_NOSUID, MS_NODEV, MS_BIND, MS_REC, MS_PRIVATE = 2, 4, 4096, 16384, 1 << 18
@@ -45,12 +56,10 @@ MNT_DETACH = 2
 PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS, PR_SET_CHILD_SUBREAPER = 1, 38, 36
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 1
 STASH = "/dev/shm"  # mounted over first, to hold what the other mounts must keep, then covered by the job's own
-SCRATCH_FOLDERS = {"/tmp": "tmp", "/var/tmp": "var-tmp", "/dev/shm": "shm"}  # one bounded tmpfs holds them all
-SCRATCH_INODES = 1 << 16  # files the job may make in it: each costs kernel memory that its size does not count
-CHILD = []  # child.py, loaded once by the server (its folder is out of a job's view)
+CHILD = []  # child.py, loaded once by the server (its folder is out of a job's view); its POLICY: sandbox/policy.py
 CONFINE = []  # confine.py: the network, System V IPC and uncounted memory refused (see run_child)
 JOB_CGROUP: list[int | None] = [None]  # the worker's job cgroup's cgroup.procs, opened by the grader (argv[2])
-WAKE = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)  # the server's wake-up pipe (see Server.serve); a job closes it
+WAKE = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)  # the server's wake-up pipe (see ForkServer.serve); a job closes it
 OWN_PROC = [True]  # whether a job with namespaces mounts a /proc of its own (see namespaces_allowed)
 KEEPER = next((p for p in ("/usr/bin/cat", "/bin/cat") if os.access(p, os.X_OK)), None)  # see start_keeper
 
@@ -74,7 +83,7 @@ def umount(target: str) -> None:
 
 
 def tmpfs(target: str, mode: str, size_mb: int | None = None) -> None:
-    bound = f",size={size_mb}m,nr_inodes={SCRATCH_INODES}" if size_mb else ""
+    bound = f",size={size_mb}m,nr_inodes={CHILD[0].POLICY.SCRATCH_INODES}" if size_mb else ""
     mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV, f"mode={mode}{bound}")
 
 
@@ -196,7 +205,7 @@ def make_scratch(job: dict, stash: str) -> str:
     scratch = f"{stash}/scratch"
     os.mkdir(scratch)
     tmpfs(scratch, "755", job["limits"]["tmp_mb"])
-    for name in SCRATCH_FOLDERS.values():
+    for name in CHILD[0].POLICY.SCRATCH_FOLDERS.values():
         os.mkdir(f"{scratch}/{name}")
         os.chmod(f"{scratch}/{name}", 0o1777)
     os.mkdir(f"{scratch}/work", 0o700)
@@ -221,7 +230,7 @@ def build_view(job: dict) -> None:
             replace_folder(folder, keep, STASH)
     for folder in ("/tmp", "/var/tmp"):
         if os.path.isdir(folder):
-            replace_folder(folder, keep, STASH, f"{scratch}/{SCRATCH_FOLDERS[folder]}")
+            replace_folder(folder, keep, STASH, f"{scratch}/{CHILD[0].POLICY.SCRATCH_FOLDERS[folder]}")
     bind(f"{scratch}/work", f"{job['dir']}/work")
     bind(f"{scratch}/shm", STASH)  # over the stash, where only the scratch's mount point is left
 
@@ -274,42 +283,6 @@ def become(uid: int | None) -> None:
 
 # ---------------------------------------------------------------- Landlock: the job's files, without namespaces
 
-# Landlock (Linux 5.13+) lets a process confine itself, and all it starts, to the file hierarchies it names:
-# no namespace, no privilege (docs.kernel.org, userspace-api/landlock). The same system call numbers on x86_64
-# and aarch64 (asm-generic's); each access right comes with the ABI that brought it.
-LANDLOCK_CALLS = {"x86_64": (444, 445, 446), "aarch64": (444, 445, 446)}  # create_ruleset, add_rule, restrict_self
-LANDLOCK_CREATE_RULESET_VERSION, LANDLOCK_RULE_PATH_BENEATH = 1, 1
-FS_EXECUTE, FS_WRITE_FILE, FS_READ_FILE, FS_READ_DIR = 1, 2, 4, 8
-FS_ABI_1 = (1 << 13) - 1  # execute, write, read, read_dir, remove and make of each kind
-FS_REFER, FS_TRUNCATE, FS_IOCTL_DEV = 1 << 13, 1 << 14, 1 << 15  # ABI 2, 3, 5
-READ = FS_EXECUTE | FS_READ_FILE | FS_READ_DIR
-# the system's programs and libraries, its settings, and what a process reads of itself and the devices
-SYSTEM_FOLDERS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/proc", "/sys", "/nix/store")
-
-
-FILE_RIGHTS = FS_EXECUTE | FS_WRITE_FILE | FS_READ_FILE | FS_TRUNCATE | FS_IOCTL_DEV  # what a rule on a file may hold
-# ABI 4: TCP's bind and connect handled, and no port allowed (confine.py refuses every other family besides);
-# ABI 6: no abstract Unix socket made outside the job's domain reached, no process outside it signalled
-NET_BIND_TCP, NET_CONNECT_TCP, SCOPE_ABSTRACT_UNIX_SOCKET, SCOPE_SIGNAL = 1, 2, 1, 2
-
-
-class RulesetAttr(ctypes.Structure):  # a kernel of an older ABI takes it whole while the fields it lacks are 0
-    _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64),
-                ("scoped", ctypes.c_uint64)]  # fmt: skip
-
-
-class PathBeneathAttr(ctypes.Structure):
-    _pack_ = 1
-    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
-
-
-def landlock_abi() -> int:
-    """The Landlock ABI this kernel offers; 0 where it offers none (or a seccomp profile refuses it)."""
-    calls = LANDLOCK_CALLS.get(os.uname().machine)
-    if calls is None:
-        return 0
-    return max(libc.syscall(calls[0], None, ctypes.c_size_t(0), LANDLOCK_CREATE_RULESET_VERSION), 0)
-
 
 def landlock_rules(job: dict, import_paths: list[str]) -> list[tuple[str, int]]:
     """(folder, what the job may do beneath it): the system's folders, the Python environment and its import
@@ -317,52 +290,12 @@ def landlock_rules(job: dict, import_paths: list[str]) -> list[tuple[str, int]]:
     its out/ and work/ written. Nothing else: not the course's repository (an import path that is, or holds,
     a folder the job must not see is left out), not another job's folder, not the shared temporary folders
     (the job's temporary files go to its working folder)."""
-    readable = visible([*SYSTEM_FOLDERS, *job["python"], *import_paths], job)
-    folder, written = job["dir"], FS_ABI_1 | FS_REFER | FS_TRUNCATE
-    rules = [(path, READ) for path in readable]
-    rules += [*device_rules(), (folder, READ)]
-    return [*rules, (f"{folder}/out", written), (f"{folder}/work", written)]
-
-
-def device_rules() -> list[tuple[str, int]]:
-    """/dev read (ioctls on its devices too), and each of its entries but /dev/zero written (/dev/null, a GPU's
-    devices): opened for writing, /dev/zero mapped shared is memory that RLIMIT_DATA does not count (confine.py).
-    A device made after the job started (the first CUDA start on the machine may make /dev/nvidia-uvm) is read
-    only for this job."""
-    rules = [("/dev", READ | FS_IOCTL_DEV)]
-    with contextlib.suppress(OSError), os.scandir("/dev") as entries:
-        written = READ | FS_WRITE_FILE | FS_TRUNCATE | FS_IOCTL_DEV
-        rules += [(e.path, written) for e in entries if e.name != "zero" and not e.is_symlink()]
-    return rules
-
-
-def landlock_ruleset(job: dict, import_paths: list[str], abi: int) -> int:
-    """A ruleset of `landlock_rules`, made while this process may still open every folder (before the uid
-    changes); applied by `confine`. Each right the ABI does not know is left out."""
-    known = FS_ABI_1 | (FS_REFER if abi >= 2 else 0) | (FS_TRUNCATE if abi >= 3 else 0)
-    known |= FS_IOCTL_DEV if abi >= 5 else 0
-    create, add, _ = LANDLOCK_CALLS[os.uname().machine]
-    network = NET_BIND_TCP | NET_CONNECT_TCP if abi >= 4 else 0
-    attr = RulesetAttr(known, network, SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL if abi >= 6 else 0)
-    ruleset = libc.syscall(create, ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)), 0)
-    _check(0 if ruleset >= 0 else -1, "landlock_create_ruleset")
-    for path, access in landlock_rules(job, import_paths):
-        try:
-            fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
-        except OSError:  # a folder this machine lacks (/lib32)
-            continue
-        try:
-            rule = PathBeneathAttr(access & known if os.path.isdir(path) else access & known & FILE_RIGHTS, fd)
-            _check(libc.syscall(add, ruleset, LANDLOCK_RULE_PATH_BENEATH, ctypes.byref(rule), 0), f"landlock {path}")
-        finally:
-            os.close(fd)
-    return ruleset
-
-
-def confine(ruleset: int) -> None:
-    """This process and what it starts, confined to the ruleset's folders for good (no_new_privs is set)."""
-    _check(libc.syscall(LANDLOCK_CALLS[os.uname().machine][2], ruleset, 0), "landlock_restrict_self")
-    os.close(ruleset)
+    policy, ll = CHILD[0].POLICY, LANDLOCK
+    readable = visible([*policy.SYSTEM_FOLDERS, *job["python"], *import_paths], job)
+    folder, written = job["dir"], ll.FS_ABI_1 | ll.FS_REFER | ll.FS_TRUNCATE
+    rules = [(path, ll.READ) for path in readable]
+    rules += [*ll.device_rules(), (folder, ll.READ)]
+    return [*rules, *((f"{folder}/{sub}", written) for sub in policy.JOB_WRITTEN)]
 
 
 def relay(pid: int, keeper: int | None = None) -> None:
@@ -440,15 +373,17 @@ def run_child(job: dict, progress: int, output: int, go: int) -> None:
         limit(job)
         import_paths = [p for p in sys.path if p and os.path.isdir(p)]  # seen before the uid changes
         abi = 0 if isolated else job.get("landlock", 0)  # the files of a job without namespaces, confined
-        ruleset = landlock_ruleset(job, import_paths, abi) if abi else None
+        ruleset = LANDLOCK.landlock_ruleset(landlock_rules(job, import_paths), abi) if abi else None
         if not isolated:  # the course's repository (an editable install's path) is no import path of the job's
             import_paths = visible(import_paths, job)
         if ruleset is not None and job.get("uid") is not None:
             import_paths = reach_python(job, import_paths)
         become(job.get("uid"))
-        CHILD[0].install_filter(CONFINE[0].confinement_program(os.uname().machine, refuse_shared_memory))
+        CHILD[0].install_filter(
+            CONFINE[0].confinement_program(os.uname().machine, refuse_shared_memory, CHILD[0].POLICY)
+        )
         if ruleset is not None:
-            confine(ruleset)
+            LANDLOCK.confine(ruleset)
             os.environ["TMPDIR"] = f"{job['dir']}/work"  # the shared temporary folders are out of its reach
             if "tempfile" in sys.modules:
                 sys.modules["tempfile"].tempdir = None  # found again, from $TMPDIR
@@ -460,14 +395,6 @@ def run_child(job: dict, progress: int, output: int, go: int) -> None:
     finally:
         sys.stdout.flush()
         os._exit(0)  # skip interpreter shutdown: atexit hooks a submission registered run no code
-
-
-def load(name: str):
-    """A module beside this file, by path (never `cs_basics`: the student's package has that name)."""
-    spec = importlib.util.spec_from_file_location(f"_grading_{name}", HERE / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 # ---------------------------------------------------------------- the server
@@ -541,7 +468,9 @@ def describe_status(status: int) -> str:
     return f"exited with status {code}"
 
 
-class Server:
+class ForkServer:
+    """The grading server's own loop: one forked child per job (the grader's end of it: sandbox/server.py's Server)."""
+
     def __init__(self, sock: socket.socket):
         self.sock = sock
         self.jobs: dict[int, int] = {}  # pid -> job id
@@ -560,7 +489,7 @@ class Server:
             uid=os.getuid(),
             namespaces=namespaces,
             own_proc=OWN_PROC[0],
-            landlock=landlock_abi(),
+            landlock=LANDLOCK.landlock_abi(),
         )
         # a child's end wakes the server at once (SIGCHLD writes to this pipe): the grader hears "ended" then,
         # not at the next poll; the poll stays, for an orphan whose signal came while the server was busy
@@ -657,7 +586,7 @@ def main() -> None:
     CHILD.append(load("child"))
     CONFINE.append(load("confine"))
     try:
-        Server(sock).serve()
+        ForkServer(sock).serve()
     except (OSError, ValueError) as err:
         if err.errno not in (errno.EPIPE, errno.ECONNRESET, None):
             raise

@@ -16,6 +16,7 @@ import ctypes
 import errno
 import importlib
 import importlib.machinery
+import importlib.util
 import json
 import os
 import sys
@@ -27,6 +28,20 @@ from typing import Any
 
 import torch
 from safetensors.torch import load_file, save_file
+
+
+def read_policy() -> types.ModuleType:
+    """The sandbox's policy (sandbox/policy.py: plain data), by path: beside this file where the grader installed
+    the job's files (server.install_tool), else in the sandbox's folder of the checkout this file is in."""
+    here = Path(__file__).resolve().parent
+    path = here / "policy.py" if (here / "policy.py").is_file() else here.parent / "sandbox" / "policy.py"
+    spec = importlib.util.spec_from_file_location("_grading_policy", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+POLICY = read_policy()  # what the job is refused and sees; the server's modules read it through this one
 
 TRACEBACK_LIMIT = 4000  # characters of any text the child sends (a message, a traceback, a description)
 LIST_LIMIT = 32  # items of any list it sends
@@ -166,6 +181,8 @@ def check_origin(packages: list[str], code: Path) -> None:
 # the grader's own modules a child uses, loaded from the staged tooling before any file of the submission runs
 # (load_grader): what the submission does later to `cs_basics.__path__` or `sys.modules` reaches none of them
 GRADER_MODULES = (
+    "cs_basics.harness.rule.tooling",
+    "cs_basics.harness.rule.sightings",
     "cs_basics.harness.rule.record",
     "cs_basics.harness.rule.evidence",
     "cs_basics.harness.rule.outputs",
@@ -288,7 +305,8 @@ def run_group(
     channel = GRADER["cs_basics.harness.rule.evidence"].Channel(progress)
     report = Reporter(channel)
     refusal = record.remove_operators(forbidden_ops, channel, for_good=True)
-    frames = record.StudentFrames(code, record.student_predicate(rule["student_code"], rule["excluded"]))
+    is_student = GRADER["cs_basics.harness.rule.tooling"].student_predicate(rule["student_code"], rule["excluded"])
+    frames = GRADER["cs_basics.harness.rule.sightings"].StudentFrames(code, is_student)
     # the library functions that may run operators for the student's code; this file is the grader's
     library = record.LibraryCalls(frames, rule["glue"], harness=[Path(__file__).parent])
 
@@ -345,11 +363,7 @@ BPF_LD_W_ABS, BPF_JEQ_K, BPF_JGE_K, BPF_JSET_K, BPF_RET_K = 0x20, 0x15, 0x35, 0x
 X32_BIT = 0x40000000  # x86_64's x32 system calls: their numbers have this bit
 RET_ALLOW, RET_ERRNO = 0x7FFF0000, 0x00050000
 PR_SET_SECCOMP, SECCOMP_MODE_FILTER, CLONE_THREAD = 22, 2, 0x00010000
-# arch: (AUDIT_ARCH, clone, clone3, the calls refused outright: fork, vfork, execve, execveat)
-SYSCALLS = {
-    "x86_64": (0xC000003E, 56, 435, (57, 58, 59, 322)),
-    "aarch64": (0xC00000B7, 220, 435, (221, 281)),
-}
+SYSCALLS = POLICY.PROCESS_CALLS  # arch: (AUDIT_ARCH, clone, clone3, the calls refused outright)
 
 
 class SockFilter(ctypes.Structure):
@@ -381,8 +395,7 @@ def seccomp_program(machine: str) -> list[tuple[int, int, int, int]] | None:
     return program + [(BPF_RET_K, 0, 0, value) for value in returns.values()]
 
 
-# x86_64's and aarch64's execve and execveat
-EXEC_CALLS = {"x86_64": (59, 322), "aarch64": (221, 281)}
+EXEC_CALLS = POLICY.EXEC_CALLS  # execve and execveat
 
 
 def exec_program(machine: str) -> list[tuple[int, int, int, int]] | None:
@@ -420,8 +433,7 @@ def forbid_new_processes() -> bool:
     return install_filter(program)
 
 
-# x86_64's and aarch64's kill(2)
-KILL_CALLS = {"x86_64": 62, "aarch64": 129}
+KILL_CALLS = POLICY.KILL_CALLS  # kill(2)
 
 
 def group_signal_program(machine: str) -> list[tuple[int, int, int, int]] | None:
@@ -451,8 +463,7 @@ def forbid_group_signals() -> bool:
     return install_filter(program)
 
 
-# the calls that free or replace a descriptor: (close, dup2 (None: aarch64 has only dup3), dup3, close_range)
-DESCRIPTOR_CALLS = {"x86_64": (3, 33, 292, 436), "aarch64": (57, None, 24, 436)}
+DESCRIPTOR_CALLS = POLICY.DESCRIPTOR_CALLS  # (close, dup2 (None: aarch64 has only dup3), dup3, close_range)
 BPF_ALU_AND_K, BPF_JGT_K = 0x54, 0x25
 
 

@@ -25,7 +25,7 @@ from rich.table import Table
 
 from cs_basics.harness import diagnosis
 from cs_basics.harness.config import HIDDEN_VISIBILITIES, Assignment, ConfigError
-from cs_basics.harness.grading.grade import Grade
+from cs_basics.harness.grading.pipeline.grade import Grade
 from cs_basics.harness.text import json_text, printable, safe_terminal
 
 OUTPUT_LIMIT = 8000  # characters of output per test

@@ -14,19 +14,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cs_basics.harness.cgroup import oom_kills
-from cs_basics.harness.grading.attempts import ChildLog, child_module
-from cs_basics.harness.grading.limits import Limits, killed_for_memory, out_of_memory
-from cs_basics.harness.grading.litter import remove_tree
-from cs_basics.harness.grading.protocol import STAFF_ERROR, Protocol
-from cs_basics.harness.grading.stopping import STOP, StaffError, stop_reason
+from cs_basics.harness.grading.pipeline.protocol import STAFF_ERROR, Protocol
+from cs_basics.harness.grading.sandbox.attempts import ChildLog, child_module
+from cs_basics.harness.grading.sandbox.limits import Limits, killed_for_memory, out_of_memory
+from cs_basics.harness.grading.sandbox.litter import remove_tree
+from cs_basics.harness.grading.sandbox.stopping import STOP, StaffError, stop_reason
 from cs_basics.harness.portable import open_unfollowed
 from cs_basics.harness.rule.evidence import Received
 
 if TYPE_CHECKING:
     import torch
 
-    from cs_basics.harness.grading.worker import Worker
-    from cs_basics.harness.rule.record import Record
+    from cs_basics.harness.grading.sandbox.worker import Worker
+    from cs_basics.harness.rule.sightings import Record
 # torch, and what imports it, only where a job's results are read: `cs-basics grade` starts the grading server
 # (which imports torch) before it imports torch itself, so that the two imports run side by side
 
@@ -202,7 +202,7 @@ class RunState:
     def collect_tampering(self) -> None:
         """Every case charged with tampering has it in its record, whether or not it ran."""
         from cs_basics.harness.rule.evidence import merged
-        from cs_basics.harness.rule.record import Record
+        from cs_basics.harness.rule.sightings import Record
 
         for case, lines in self.received.lines.items():
             tampering = [line for line in lines if line.get("kind") == "tampering"]
@@ -213,14 +213,14 @@ class RunState:
     def cut_off(self, case: str, how: str | None) -> None:
         """The child ended while sending the rule's evidence (rule/evidence.py): the case's record is not whole."""
         from cs_basics.harness.rule.evidence import LOST_STATUS, merged
-        from cs_basics.harness.rule.record import Record
+        from cs_basics.harness.rule.sightings import Record
 
         if how == f"exited with status {LOST_STATUS}":
             self.runs[case].record = merged(Record(), self.received.evidence(case), complete=False)
 
     def finish(self, case: str, event: dict, seconds: float) -> None:
         from cs_basics.harness.rule.evidence import merged
-        from cs_basics.harness.rule.record import Record
+        from cs_basics.harness.rule.sightings import Record
 
         record = merged(Record.from_json(event.get("record", {})), self.received.evidence(case))
         if event.get("event") == "done":

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cs_basics.harness.cgroup import own_memory
-from cs_basics.harness.grading.limits import RAN_OUT, SERVER_MB, Limits
+from cs_basics.harness.grading.sandbox.limits import RAN_OUT, Limits
+from cs_basics.harness.grading.sandbox.policy import SERVER_MB
 
 PREFIX = "cs-basics-jobs-"  # + the grader's pid + a count: a folder left by a grader that died is removed by the next
 
