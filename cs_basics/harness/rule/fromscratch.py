@@ -74,15 +74,17 @@ def runtime_breach(
     nothing. Library code that computed on the student's behalf holds the problem unless `released`."""
     lead = f"0 points for {problem}: it must be written from scratch, but while computing case {case_id}"
     if record.processes:
-        return (
+        return RuleMessage(
             f"{lead} your code {record.processes[0].removeprefix('your code ')}; graded code must compute in its own "
-            "process, so starting one breaks the rule"
+            "process, so starting one breaks the rule",
+            held=False,
         )
     if record.tampering:
-        return f"{lead} your code {record.tampering[0]}; that breaks the rule too"
+        return RuleMessage(f"{lead} your code {record.tampering[0]}; that breaks the rule too", held=False)
     refused = refused_operator(error)
     if not record.sightings and refused:
-        return f"{lead} it called {refused}, which is {describe_op(refused)} (torch refused it: it is not there)"
+        said = f"{lead} it called {refused}, which is {describe_op(refused)} (torch refused it: it is not there)"
+        return RuleMessage(said, held=False)
     if not record.sightings:
         return (
             None
@@ -93,21 +95,40 @@ def runtime_breach(
     for s in record.sightings:
         where = f"called from {s.where}" if s.where else "called by no line of your code (in the backward pass?)"
         lines.append(f"  {s.op}, which is {describe_op(s.op)}; {where}")
-    return "\n".join(lines)
+    return RuleMessage("\n".join(lines), held=False)
 
 
 HELD = "held for the staff's review"  # in every message of a held problem
+
+
+class RuleMessage(str):
+    """The rule's message for a problem, typed: `held` where the problem waits for the staff's review (0 points for
+    now; the staff may release it), not held where the code broke the rule (0 points). Callers ask `.held`, never
+    the text; it is a str, so every writer takes it as it is."""
+
+    held: bool
+
+    def __new__(cls, text: str, held: bool) -> RuleMessage:
+        message = super().__new__(cls, text)
+        message.held = held
+        return message
+
+
+def is_held(message: str | None) -> bool:
+    """Whether a rule's message holds its problem for review (False for None and for plain text)."""
+    return bool(getattr(message, "held", False))
 
 
 def hold_message(problem: str, found: list[Construct]) -> str | None:
     if not found:
         return None
     listed = "; ".join(str(c) for c in found[:5]) + (f"; and {len(found) - 5} more" if len(found) > 5 else "")
-    return (
+    return RuleMessage(
         f"0 points for {problem} for now, {HELD}: it must be written from scratch, and the code it runs uses "
         f"{listed}. Graded code may not reach into the interpreter (module registries, frames, the garbage "
         "collector, dunder attributes, names built at run time on objects not its own): those are how code forges "
-        "what the grader is told. The staff will read the code and may release the problem"
+        "what the grader is told. The staff will read the code and may release the problem",
+        held=True,
     )
 
 
@@ -117,13 +138,14 @@ def library_hold(problem: str, case_id: str, computed: list[Computed]) -> str | 
         return None
     named = "; ".join(f"computed by {c.function}, called from {c.where or 'no line of yours'}" for c in computed[:3])
     more = f"; and {len(computed) - 3} more" if len(computed) > 3 else ""
-    return (
+    return RuleMessage(
         f"0 points for {problem} for now, {HELD}: it must be written from scratch, but while computing case "
         f"{case_id} it ran library arithmetic the course has not listed: {named}{more}. Graded code may call "
         "library functions that compute nothing on its behalf (Tensor methods, torch.einsum, einops, F.pad, "
         "nn.Module calls, ...); any other library function that runs operators for it is held until the staff "
         "read the code. The staff may release the problem, or list a function that computes nothing for it as "
-        "glue (`library_glue` in [tool.cs-basics] of pyproject.toml)"
+        "glue (`library_glue` in [tool.cs-basics] of pyproject.toml)",
+        held=True,
     )
 
 
@@ -131,11 +153,12 @@ def cut_off_hold(problem: str, case_id: str, cut_off: list[str]) -> str | None:
     """The hold for a case whose evidence did not all reach the grader (evidence.py): it cannot know what ran."""
     if not cut_off:
         return None
-    return (
+    return RuleMessage(
         f"0 points for {problem} for now, {HELD}: it must be written from scratch, but while computing case "
         f"{case_id} {cut_off[0]}: the grader did not receive everything the process running your code sent it "
         "about what the case ran (the descriptor it writes to was closed or pointed elsewhere, or the process "
-        "ended while writing). The staff may release the problem"
+        "ended while writing). The staff may release the problem",
+        held=True,
     )
 
 
@@ -143,9 +166,10 @@ def static_breach(problem: str, uses: list[Use]) -> str | None:
     if not uses:
         return None
     names = "; ".join(str(u) for u in uses)
-    return (
+    return RuleMessage(
         f"0 points for {problem}: it must be written from scratch, but the code it runs uses {names} "
-        "(found by reading the code it reaches, before any case ran)"
+        "(found by reading the code it reaches, before any case ran)",
+        held=False,
     )
 
 

@@ -30,7 +30,7 @@ from cs_basics.harness.grading.sandbox.limits import Limits
 from cs_basics.harness.grading.sandbox.stopping import StaffError
 from cs_basics.harness.grading.sandbox.worker import Worker, named_libraries
 from cs_basics.harness.portable import scan_notes
-from cs_basics.harness.rule.fromscratch import HELD, FromScratch, excluded_code, runtime_breach
+from cs_basics.harness.rule.fromscratch import HELD, FromScratch, excluded_code, is_held, runtime_breach
 from cs_basics.harness.rule.fromscratch import student_files as student_files  # the handout's import
 from cs_basics.harness.rule.glue import GLUE
 from cs_basics.harness.rule.record import recording
@@ -319,13 +319,13 @@ def grade(
         if breach:
             where = breached_in.get(case.problem)
             if where is not None and where.hidden and not case.hidden:
-                breach = (HIDDEN_HOLD if HELD in breach else HIDDEN_BREACH).format(problem=case.problem)
+                breach = (HIDDEN_HOLD if is_held(breach) else HIDDEN_BREACH).format(problem=case.problem)
             tests.append(TestResult(case, assignment.points[case.id], False, breach))
             continue
         run = runs[case.id]
         passed, message = verdict(assignment, case, run, device)
         tests.append(TestResult(case, assignment.points[case.id], passed, message, run.seconds, run.printed))
-    held = [p for p, message in found.items() if message and HELD in message]
+    held = [p for p, message in found.items() if is_held(message)]
     return Grade(
         tests,
         time.monotonic() - start,
