@@ -101,6 +101,19 @@ def test_honest_format_and_annotations_are_not_held(tmp_path, assignment):
     assert found == {SOFTMAX: [], ATTENTION: []}, found
 
 
+def test_a_module_that_is_not_installed_fails_its_import_and_is_not_held(tmp_path, assignment):
+    """`import numpyy` (a typo, a library the grader lacks) fails as Python's import does, ModuleNotFoundError in the
+    student's pytest run and in the grader: the student's bug, told as such, not a hold for the staff. A module of
+    the student's imported by a bare name (`import helpers` after a sys.path set-up) is no missing one: its
+    code is read, and what it names off the list still holds."""
+    header = "import numpyy\nfrom numpyy.linalg import norm\nimport helpers\n\n\n"
+    functional = header + SOFTMAX_FROM_SCRATCH + attention_with(INLINE_WEIGHTS)
+    found = held_in(tmp_path, assignment, functional)
+    assert found == {SOFTMAX: [], ATTENTION: []}, found
+    found = held_in(tmp_path / "helpers", assignment, functional, helpers="import ctypes\n")
+    assert all("import helpers" in f for f in (found[SOFTMAX], found[ATTENTION])), found
+
+
 def test_a_course_extends_the_list_and_takes_names_back_out(tmp_path, assignment):
     from .test_from_scratch import student
 

@@ -87,7 +87,9 @@ def test_a_problems_own_time_limit_is_honoured_and_the_others_keep_the_courses(a
 
 def test_killing_its_own_interpreter_fails_that_case_only(assignment, tmp_path):
     kill = "import os, signal\nif Q.shape == (2, 10, 16):\n    os.kill(os.getpid(), signal.SIGKILL)"
-    result = run(assignment, submission(tmp_path, wrap_attention(kill)))
+    # os.kill and signal are off the allowlist: released, as staff would after reading it, so that the grader's
+    # recovery from a dead interpreter (a fresh process for the other cases) decides, not the rule's hold
+    result = run(assignment, submission(tmp_path, wrap_attention(kill)), released=(ATTENTION,))
     failed = [t for t in result.tests if not t.passed]
     assert [t.case.id for t in failed] == ["scaled_dot_product_attention-causal_mask"]
     assert "killed by signal SIGKILL" in failed[0].output

@@ -45,7 +45,10 @@ def test_fake_results_printed_or_written_change_nothing(assignment, tmp_path, sh
             pass
     """
     folder = submission(tmp_path, forger, replace=STUBBED)
-    assert grade_one(assignment, folder, results, "cpu", Limits(), quiet=True) == 0
+    # pathlib is off the allowlist: both problems released, as staff would after reading it, so that the grader's
+    # own results file (written by the grader, outside the sandbox) decides, not the rule's hold
+    released = Limits(released=tuple(assignment.problems))
+    assert grade_one(assignment, folder, results, "cpu", released, quiet=True) == 0
     data = json.loads(results.read_text())
     assert data["score"] == 0 and len(data["tests"]) == len(assignment.cases)
     assert '"score": 6.0' in data["output"]  # what it printed is shown, and counts for nothing
@@ -61,7 +64,9 @@ def test_fake_results_printed_or_written_change_nothing(assignment, tmp_path, sh
     ids=["os_exit_0", "sys_exit_0", "keyboard_interrupt"],
 )
 def test_leaving_early_at_import_scores_zero(assignment, tmp_path, code, says):
-    result = run(assignment, submission(tmp_path, code))
+    # os._exit is a private name off the allowlist: released, as staff would after reading it, so that the grader's
+    # reading of a process gone before it ran decides, not the rule's hold
+    result = run(assignment, submission(tmp_path, code), released=tuple(assignment.problems))
     assert result.score == 0
     assert all(says in out for out in outputs_of(result))
 
@@ -147,7 +152,9 @@ def test_the_course_files_and_other_results_cannot_be_touched(assignment, tmp_pa
                 pass
     """
     before = fingerprint(ROOT / "fixtures", ROOT / "hidden", ROOT / "tests", others)
-    result = run(assignment, submission(tmp_path, vandal))
+    # pathlib is off the allowlist: both problems released, as staff would after reading it, so that the sandbox
+    # (the files a job sees, its own uid) decides whether the course's files can be touched, not the rule's hold
+    result = run(assignment, submission(tmp_path, vandal), released=tuple(assignment.problems))
     assert fingerprint(ROOT / "fixtures", ROOT / "hidden", ROOT / "tests", others) == before
     assert result.score == pytest.approx(6.0)
 

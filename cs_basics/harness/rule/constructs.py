@@ -6,10 +6,12 @@ no scan can read (`constructs`, `imports`). Strings run as code or as names: str
 from __future__ import annotations
 
 import ast
+import importlib.util
+import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from cs_basics.harness.rule.allowed import Allowed
+from cs_basics.harness.rule.allowed import STDLIB, Allowed
 from cs_basics.harness.rule.methods import OwnObjects, _zero_argument_super
 from cs_basics.harness.rule.program import Module, Program
 from cs_basics.harness.rule.strings import _describe, judged_by_name, strings_run
@@ -172,7 +174,7 @@ def constructs(module: Module, program: Program, nodes: Iterable[ast.AST]) -> li
         for chain, line in references(node):
             full, target = program.resolve(module, chain)
             theirs = target is not None or chain[0] not in module.aliases or program.owns(full)
-            why = None if theirs else held_name(full, program.allowed)
+            why = None if theirs or not_installed(full, program) else held_name(full, program.allowed)
             if why:
                 held(full, why, line)
     unique = {(c.path, c.line, c.what): c for c in found}
@@ -185,7 +187,8 @@ def imports(module: Module, program: Program, node: ast.AST) -> Iterator[tuple[s
     for n in ast.walk(node):
         if isinstance(n, ast.Import):
             for alias in n.names:
-                why = None if program.owns(alias.name) else _import_held(alias.name, program.allowed)
+                passes = program.owns(alias.name) or not_installed(alias.name, program)
+                why = None if passes else _import_held(alias.name, program.allowed)
                 if why:
                     yield f"import {alias.name}", why, n.lineno
         elif isinstance(n, ast.ImportFrom):
@@ -195,7 +198,7 @@ def imports(module: Module, program: Program, node: ast.AST) -> Iterator[tuple[s
                 base = ".".join([*package[: len(package) - n.level + 1], *([base] if base else [])])
             for alias in n.names:
                 full = base if alias.name == "*" else f"{base}.{alias.name}"
-                if program.owns(full) or program.owns(base):
+                if program.owns(full) or program.owns(base) or not_installed(base, program):
                     continue
                 if alias.name == "*":
                     yield (
@@ -209,6 +212,23 @@ def imports(module: Module, program: Program, node: ast.AST) -> Iterator[tuple[s
                     why = "the grader's own code"
                 if why:
                     yield f"from {base} import {alias.name}", why, n.lineno
+
+
+def not_installed(name: str, program: Program) -> bool:
+    """Whether `name`'s top-level module is nowhere: not installed where the grader runs (it scans in the job's
+    environment), not the standard library's, not a module of the student's under a bare name (`import helpers`
+    after a `sys.path` set-up, whose code the scan reads as the student's). Its import fails as Python's does,
+    `ModuleNotFoundError` in the student's pytest run and in the grader alike: that is the student's bug to be told,
+    not a hold for the staff (a typo, a library the course does not install), and no code of it runs."""
+    top = name.split(".")[0]
+    if not top or is_tooling_name(name) or top in STDLIB or top in sys.modules:
+        return False
+    if any(m == top or m.endswith("." + top) or f".{top}." in f".{m}." for m in program.modules):
+        return False
+    try:
+        return importlib.util.find_spec(top) is None  # a top-level name: no import runs
+    except (ImportError, ValueError):
+        return False
 
 
 def _import_held(name: str, allowed: Allowed) -> str | None:
