@@ -103,9 +103,10 @@ def test_handout_command_builds_and_checks_the_starter_repository(tmp_path):
 
 def test_a_handout_that_would_ship_a_from_scratch_mistake_is_refused_naming_it(tmp_path, capsys, monkeypatch):
     """A known mistake whose code computes a softmax from scratch, moved back into tests/: a student reading the
-    handout would get a working softmax. The handout's check says so, naming its file and line, and its other checks find nothing else
-    wrong (the handout's `uv run pytest` and the two gradings, which test_handout_command_builds_and_checks_the_
-    starter_repository runs on this course, are left out here: minutes of a CI run for nothing new)."""
+    handout would get a working softmax. The handout's check says so, naming its file and line, and its other
+    checks find nothing else wrong (the handout's `uv run pytest` and the two gradings, which test_handout_command_
+    builds_and_checks_the_starter_repository runs on this course, are left out here: minutes of a CI run for
+    nothing new)."""
     copy = course_shipping_a_from_scratch_mistake(tmp_path)
 
     class Graded:
