@@ -103,9 +103,10 @@ def test_handout_command_builds_and_checks_the_starter_repository(tmp_path):
 
 def test_a_handout_that_would_ship_a_from_scratch_mistake_is_refused_naming_it(tmp_path, capsys, monkeypatch):
     """A known mistake whose code computes a softmax from scratch, moved back into tests/: a student reading the
-    handout would get a working softmax. The handout's check says so, and its other checks find nothing else
-    wrong (the handout's `uv run pytest` and the two gradings, which test_handout_command_builds_and_checks_the_
-    starter_repository runs on this course, are left out here: minutes of a CI run for nothing new)."""
+    handout would get a working softmax. The handout's check says so, naming its file and line, and its other
+    checks find nothing else wrong (the handout's `uv run pytest` and the two gradings, which test_handout_command_
+    builds_and_checks_the_starter_repository runs on this course, are left out here: minutes of a CI run for
+    nothing new)."""
     copy = course_shipping_a_from_scratch_mistake(tmp_path)
 
     class Graded:
@@ -115,8 +116,10 @@ def test_a_handout_that_would_ship_a_from_scratch_mistake_is_refused_naming_it(t
     monkeypatch.setattr(handout, "grade", lambda assignment, folder, device: Graded())
     assert main(["handout", "--project", str(copy), str(tmp_path / "handout")]) == 1
     said = capsys.readouterr()
-    named = "cs-basics handout: softmax: the known mistake sum_over_everything (tests.mistakes.<lambda>) ships in the"
+    # the mistake is named with its file and line (a lambda's name alone does not say which one)
+    named = "cs-basics handout: softmax: the known mistake sum_over_everything (tests.mistakes.<lambda>, mistakes.py:"
     assert named in said.err and "1 problems with the handout" in said.out, said.out + said.err[-4000:]
+    assert ") ships in the handout" in said.err.split(named, 1)[1].splitlines()[0], said.err[-4000:]
 
 
 def test_a_second_handout_into_a_folder_is_refused_naming_it_and_force_replaces_it(tmp_path, capsys):

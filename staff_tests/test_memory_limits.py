@@ -330,6 +330,9 @@ def test_a_hungry_submission_loses_its_problem_and_the_grader_finishes(
         results = tmp_path / "results.json"
         command = [sys.executable, "-m", "cs_basics.cli", "grade", "--project", str(ROOT), "--sandbox", sandbox]
         command += ["--submission", str(keeps_memory(tmp_path, shared=shared)), "--results", str(results), "--quiet"]
+        if shared:  # released, as the staff would after reading it: `mmap` is no module the course allows (held
+            # before any code runs), and it is the memory bounds that are tested
+            command += ["--release", "scaled_dot_product_attention"]
         done = subprocess.run(
             command,
             cwd=ROOT,
