@@ -3,6 +3,9 @@ reading of its text (issue 41), so no wording, the student's or ours, can make a
 
 from __future__ import annotations
 
+import copy
+import pickle
+
 from cs_basics.harness.rule.constructs import Construct
 from cs_basics.harness.rule.fromscratch import (
     HELD,
@@ -33,3 +36,10 @@ def test_plain_text_is_never_a_hold():
     assert not is_held(f"0 points for softmax for now, {HELD}")
     assert not is_held(None)
     assert is_held(RuleMessage("any words", held=True)) and isinstance(RuleMessage("x", held=True), str)
+
+
+def test_the_verdict_survives_pickle_and_copy():
+    for held in (True, False):
+        message = RuleMessage("0 points for softmax", held=held)
+        for again in (pickle.loads(pickle.dumps(message)), copy.deepcopy(message), copy.copy(message)):
+            assert again == message and is_held(again) is held

@@ -113,6 +113,9 @@ class RuleMessage(str):
         message.held = held
         return message
 
+    def __getnewargs__(self) -> tuple[str, bool]:  # pickle and copy keep the verdict
+        return str(self), self.held
+
 
 def is_held(message: str | None) -> bool:
     """Whether a rule's message holds its problem for review (False for None and for plain text)."""
