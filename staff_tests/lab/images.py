@@ -23,11 +23,21 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import pytest
+
 CACHE = Path(os.environ.get("CS_BASICS_LAB_CACHE", "/var/cache/cs-basics-lab"))
 LABEL = "cs-basics-lab.inputs"  # the hash of what an image was built from
 RECIPE = "2"  # bump when the way an image is made changes, not what it is made from
+# The lab's own image store and build staging, apart from the machine's: what a killed or failed build leaves
+# (a working container holding a 12 GB layer, a 6 GB blob being committed) is the lab's own to sweep
+STORE = CACHE / "store"
+STAGING = CACHE / "staging"
 # runc, not crun (crun refuses this machine's hybrid cgroup layout); ulimits within the session's hard limits
-PODMAN = ["podman", "--runtime", "runc"]
+PODMAN = ["podman", "--runtime", "runc", "--root", str(STORE), "--runroot", "/run/cs-basics-lab"]
+# what one platform image's build needs free: torch's CUDA build unpacked (about 6 GB in the layer, twice while
+# it is committed) and the commit's staged copy; below it the build is not started (a test that needs what the
+# machine lacks skips and says why)
+BUILD_NEEDS_GB = 20
 ULIMITS = ["--ulimit", "nofile=4096:4096", "--ulimit", "nproc=4096:4096"]
 UV_CACHE_IN_BUILD = "/var/cache/uv-host"  # not /root/.cache/uv: PrairieLearn's Dockerfile removes that
 
@@ -103,7 +113,11 @@ def files_digest(root: Path) -> str:
 
 
 def podman(*args: str, check: bool = True, timeout: float | None = None, **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run([*PODMAN, *args], check=check, timeout=timeout, text=True, capture_output=True, **kwargs)
+    STAGING.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "TMPDIR": str(STAGING)}  # where podman stages a commit's blobs (else /var/tmp)
+    return subprocess.run(
+        [*PODMAN, *args], check=check, timeout=timeout, text=True, capture_output=True, env=env, **kwargs
+    )
 
 
 def engine_problem() -> str | None:
@@ -116,6 +130,45 @@ def engine_problem() -> str | None:
     found = podman("info", "--format", "{{.Host.OCIRuntime.Name}}", check=False, timeout=60)
     if found.returncode != 0:
         return f"podman cannot run here: {(found.stderr or found.stdout).strip()[-300:]}"
+    return None
+
+
+@contextlib.contextmanager
+def building():
+    """Held (shared) by every build; the first build that finds none running sweeps what dead builds left."""
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with open(CACHE / "lock-store", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pass  # another build runs: what is in the store may be its own
+        else:
+            sweep()
+        fcntl.flock(lock, fcntl.LOCK_SH)
+        yield
+
+
+def sweep() -> None:
+    """Remove what builds killed or failed left behind (podman removes its build containers only when it lives
+    to the end): their working containers and staged blobs, and the images nothing names."""
+    found = podman("ps", "--all", "--external", "--format", "json", check=False)
+    leftovers = [c["Id"] for c in json.loads(found.stdout or "[]") if c.get("State") == "storage"]
+    if leftovers:
+        podman("rm", "--force", *leftovers, check=False)
+    for staged in STAGING.glob("*"):
+        shutil.rmtree(staged, ignore_errors=True) if staged.is_dir() else staged.unlink(missing_ok=True)
+    podman("image", "prune", "-f", check=False)
+
+
+def space_problem() -> str | None:
+    """Why no image can be built here now: too little free space where the lab's store is."""
+    STORE.mkdir(parents=True, exist_ok=True)
+    free_gb = shutil.disk_usage(STORE).free / 2**30
+    if free_gb < BUILD_NEEDS_GB:
+        return (
+            f"the platform lab needs {BUILD_NEEDS_GB} GB free to build an image ({STORE} has {free_gb:.1f} GB): "
+            f"free some space, or remove old images with `podman --root {STORE} image prune -a`"
+        )
     return None
 
 
@@ -221,7 +274,8 @@ def build(
     uv_cache: bool = False,
     env: dict[str, str] | None = None,
 ) -> None:
-    """`podman build` with the lab's engine settings; the host's uv cache as an overlay (never written)."""
+    """`podman build` with the lab's engine settings; the host's uv cache as an overlay (never written). Where
+    the machine has too little space, the tests that need the image skip and say so."""
     command = ["build", "--pull=never", "--label", f"{LABEL}={key}", "-t", tag, *ULIMITS]
     for name, value in (env or {}).items():
         command += ["--env", f"{name}={value}"]
@@ -229,10 +283,17 @@ def build(
         command += ["-f", str(dockerfile)]
     if uv_cache:
         command += ["-v", f"{host_uv_cache()}:{UV_CACHE_IN_BUILD}:O", "--env", f"UV_CACHE_DIR={UV_CACHE_IN_BUILD}"]
-    done = podman(*command, str(context), check=False)
+    with building():
+        if (problem := space_problem()) is not None:
+            pytest.skip(problem)
+        done = podman(*command, str(context), check=False)
     (CACHE / "logs").mkdir(parents=True, exist_ok=True)  # what each build did (did it download torch?)
     (CACHE / "logs" / f"{tag.replace('/', '_')}.log").write_text(done.stdout + done.stderr)
     if done.returncode != 0:
+        if "no space left on device" in (done.stdout + done.stderr).lower():  # taken by others while it built
+            with building():
+                pass  # sweep what this build left, where no other build runs
+            pytest.skip(f"the platform lab ran out of space building {tag}: {space_problem() or 'the disk filled'}")
         raise BuildFailed(tag, done.stdout + done.stderr)
 
 
