@@ -21,7 +21,9 @@ def pytest_run(*args, cwd=ROOT):
 
 
 def collected(*args):
-    result = pytest_run("--collect-only", "-q", *args)
+    """What the command selects among the course's tests (the handout's testpaths; collecting the staff's suite too
+    costs a minute and selects nothing of the students')."""
+    result = pytest_run("--collect-only", "-q", *args, "tests", "hidden")
     assert result.returncode == 0, result.stdout + result.stderr
     return {line for line in result.stdout.splitlines() if "::" in line}
 
