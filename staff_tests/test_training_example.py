@@ -7,7 +7,9 @@ folder others may enter (as root the grader's child runs under a uid of its own)
 full marks, a student's copy with one mistake in each problem is named mistake by mistake alike by pytest and by
 the grader behind its PrairieLearn question (a hidden case past its problem's own time limit said so there; no case
 imported torch._dynamo, which an optimizer's first step imports: the grading server had), and its handout holds no
-answer. (`check-cases` on it: staff_tests/test_check_cases.py.)
+answer, nothing hidden and no staff path, installs with `uv run --locked` beside a student's copy of this course's
+handout, fails on its stubs and passes with the solution written in (those that run uv are marked `slow`).
+(`check-cases` on it: staff_tests/test_check_cases.py.)
 """
 
 from __future__ import annotations
@@ -24,9 +26,19 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from .downstream import (
+    IGNORE,
+    ROOT,
+    beside_the_previous_assignment,
+    naming_the_staffs_folders,
+    solution_passes,
+    staff_only_lines,
+    stubs_fail,
+    students_folder,
+)
+
 EXAMPLE = ROOT / "examples" / "training_utilities"
-IGNORE = shutil.ignore_patterns(".venv", "__pycache__", ".pytest_cache", ".ruff_cache", "*.pyc")
+WRITTEN = [Path("cs_basics_training") / name for name in ("data.py", "nn_utils.py", "optimizer.py")]  # by students
 GRADED = 15  # 10 public cases and 5 hidden
 
 pytestmark = pytest.mark.xdist_group("training_example")  # one copy for the module, its tests one after another
@@ -196,11 +208,45 @@ def test_each_mistake_is_named_alike_by_pytest_and_behind_the_prairielearn_quest
     assert tests["test_hidden_adamw[hidden_resumed]"]["message"] == "hidden case: failed"  # nothing else of it
 
 
-def test_the_handout_computes_no_answer(example, tmp_path):
-    out = tmp_path / "handout"
-    built = run("-m", "cs_basics.cli", "handout", str(out), "--no-check", cwd=example)
-    assert built.returncode == 0, built.stdout + built.stderr
-    assert not (out / "hidden").exists() and (out / "tests" / "cases.py").is_file()
-    shipped = "\n".join(p.read_text() for p in out.rglob("*.py"))
+@pytest.fixture(scope="module")
+def handout(example) -> Iterator[tuple[Path, Path]]:
+    """The example's handout cut into a student's folder beside their copy of the previous assignment, away from
+    the staff's clone: (the previous assignment, the handout)."""
+    with students_folder() as away:
+        built = run("-m", "cs_basics.cli", "handout", str(away / "training"), "--no-check", cwd=example)
+        assert built.returncode == 0, built.stdout + built.stderr
+        yield away / "cs_basics", away / "training"
+
+
+def test_the_handout_computes_no_answer_and_holds_nothing_of_the_staffs(example, handout):
+    """No hidden file or line of one, no line of the solution, no staff path: the previous assignment is where the
+    handout's README tells the student to put it."""
+    _, out = handout
+    files = [p.relative_to(out) for p in out.rglob("*") if p.is_file() and ".venv" not in p.relative_to(out).parts]
+    assert not [rel for rel in files if "hidden" in rel.parts] and (out / "tests" / "cases.py").is_file()
+    shipped = "\n".join(p.read_text() for p in out.rglob("*.py") if ".venv" not in p.relative_to(out).parts)
     assert "class AdamW(torch.optim.Optimizer)" in shipped and "addcdiv_" not in shipped  # the stub, no answer
     assert "def lr_cosine_schedule" not in shipped and "np.random.randint" not in shipped  # the staff's oracles
+    staff = staff_only_lines(EXAMPLE)
+    answers = ("def lr_cosine_schedule(it, max_learning_rate, min_learning_rate, warmup_iters, cosine_cycle_iters, *,"
+               " shift=0):", "p.addcdiv_(m, v.sqrt().add_(eps), value=-step_size)")  # fmt: skip
+    assert set(answers) <= staff  # the check sees a hidden oracle's line and a solution's
+    assert not [line for line in map(str.strip, shipped.splitlines()) if line in staff]
+    beside_the_previous_assignment(out)
+    assert naming_the_staffs_folders(out, example) == []
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)  # the handout's environment made from its uv.lock, then its pytest
+def test_the_handout_installs_away_from_the_staffs_clone_and_fails_on_its_stubs(handout):
+    previous, out = handout
+    failed = stubs_fail(out, previous)
+    assert len(failed) == 10, failed  # the public cases: the hidden ones stayed with the staff
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_the_handout_passes_with_the_solution_written_in(handout):
+    """The handout has all it needs (fixtures, adapters, the harness from the student's copy) to pass."""
+    _, out = handout
+    assert len(solution_passes(out, EXAMPLE, WRITTEN)) == 10
