@@ -1,12 +1,13 @@
 """A next assignment as its students and its platforms have it, for the worked examples' tests: its handout beside
 the student's copy of this course (its own handout, completed), installed by `uv run --locked` from the handout's
-own uv.lock, with no staff clone anywhere."""
+own uv.lock, with no staff clone anywhere; and the environment of its PrairieLearn grading image."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -122,3 +123,34 @@ def solution_passes(handout: Path, solution: Path, files: list[Path]) -> dict[tu
     got = outcomes(run.stdout)
     assert got and set(got.values()) == {"PASSED"}, got
     return got
+
+
+def prairielearn_image_python(built: Path, into: Path) -> Path:
+    """The Python of the grading image `cs-basics autograder --platform prairielearn` wrote the Dockerfile of (at
+    `built`), made as that Dockerfile makes it, without an engine: its COPY lines' files from the build context
+    alone into an empty folder, its ENV, its `uv sync` run there. The machine's Python stands for Debian's and uv's
+    cache is linked, not copied; `--compile-bytecode` is left out (it only writes .pyc files, a minute of torch's
+    on two cores); `apt-get` (bubblewrap) and the image's own uv are the platform lab's to build."""
+    dockerfile = (built / "Dockerfile").read_text().replace("\\\n", " ")
+    workdir, env, syncs = into / "workdir", {}, []
+    workdir.mkdir(parents=True)
+    for line in dockerfile.splitlines():
+        instruction, _, argument = line.partition(" ")
+        if instruction == "ENV":
+            env |= dict(pair.split("=", 1) for pair in argument.split())
+        elif instruction == "COPY":
+            *sources, destination = argument.split()
+            assert destination == "./", line  # into WORKDIR
+            for source in sources:
+                shutil.copy(built / source, workdir / source)  # the build context holds it, or this raises
+        elif instruction == "RUN":
+            syncs += [command.strip() for command in argument.split("&&") if command.strip().startswith("uv sync")]
+    assert len(syncs) == 1, syncs
+    env |= {"UV_PROJECT_ENVIRONMENT": str(into / "venv"), "UV_LINK_MODE": "hardlink", "UV_PYTHON": sys._base_executable}
+    assert env.get("UV_PYTHON_DOWNLOADS") == "never", env
+    command = [word for word in shlex.split(syncs[0]) if word != "--compile-bytecode"]
+    drop = ("VIRTUAL_ENV", "UV_PROJECT", "CS_BASICS")
+    base = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
+    done = subprocess.run(command, cwd=workdir, env=base | env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return into / "venv" / "bin" / "python"

@@ -5,11 +5,13 @@ It runs in this package's environment, on a copy of the example laid out as in a
 at `../..`, where the example's path dependency points, so that its PrairieLearn grader carries that copy), in a
 folder others may enter (as root the grader's child runs under a uid of its own): its graded tests pass, it grades
 full marks, a student's copy with one mistake in each problem is named mistake by mistake alike by pytest and by
-the grader behind its PrairieLearn question (a hidden case past its problem's own time limit said so there; no case
-imported torch._dynamo, which an optimizer's first step imports: the grading server had), and its handout holds no
-answer, nothing hidden and no staff path, installs with `uv run --locked` beside a student's copy of this course's
-handout, fails on its stubs and passes with the solution written in (those that run uv are marked `slow`).
-(`check-cases` on it: staff_tests/test_check_cases.py.)
+the grader behind its PrairieLearn question, in the environment its Dockerfile makes from its build context alone
+(a hidden case past its problem's own time limit said so there; no case imported torch._dynamo, which an
+optimizer's first step imports: the grading server had), and its handout holds no answer, nothing hidden and no
+staff path, installs with `uv run --locked` beside a student's copy of this course's handout, fails on its stubs
+and passes with the solution written in (those that run uv are marked `slow`). (`check-cases` on it:
+staff_tests/test_check_cases.py; its Gradescope zip installed and graded in a temporary /autograder:
+staff_tests/test_handout_and_bundle.py.)
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from .downstream import (
     ROOT,
     beside_the_previous_assignment,
     naming_the_staffs_folders,
+    prairielearn_image_python,
     solution_passes,
     staff_only_lines,
     stubs_fail,
@@ -135,18 +138,52 @@ def test_the_example_grades_full_marks(example, tmp_path):
     assert data["score"] == pytest.approx(6) and len(data["tests"]) == GRADED, data["tests"]
 
 
-@pytest.mark.timeout(900)  # pytest in a student's copy, then a grading behind the question
-def test_each_mistake_is_named_alike_by_pytest_and_behind_the_prairielearn_question(example, tmp_path):
-    """A course copy whose schedule declares 2 s a case; its PrairieLearn question built; a student's copy with one
-    mistake in each problem: pytest names each in every public case it fails, and so does the grader behind the
-    question, for the uploaded files; the hidden schedule case, past 2 s, says it ran over its time limit."""
+@pytest.fixture(scope="module")
+def prairielearn(example) -> tuple[Path, Path]:
+    """A course copy whose schedule declares 2 s a case, and its PrairieLearn files: (the course, the files)."""
     course = example.parent / "with_a_time_limit"
     shutil.copytree(example, course, ignore=IGNORE)
     pyproject = course / "pyproject.toml"
     pyproject.write_text(pyproject.read_text() + "\n[tool.cs-basics.problems.lr_cosine_schedule]\ncase_seconds = 2\n")
-    built = tmp_path / "pl"
+    built = example.parent / "pl"
     made = run("-m", "cs_basics.cli", "autograder", "--platform", "prairielearn", str(built), cwd=course)
     assert made.returncode == 0, made.stdout + made.stderr
+    return course, built
+
+
+@pytest.fixture(scope="module")
+def image_python(prairielearn) -> Path:
+    """The Python of the grading image the question's Dockerfile builds, made from its build context alone."""
+    return prairielearn_image_python(prairielearn[1], prairielearn[1].parent / "image")
+
+
+@pytest.mark.slow  # uv makes the grading image's environment
+def test_the_prairielearn_image_installs_from_its_build_context_and_holds_no_course_file(prairielearn, image_python):
+    """The Dockerfile's `uv sync --frozen` succeeds on the pyproject.toml and uv.lock it copies (their path
+    dependency, the harness, carried in serverFilesCourse, not installed), and the image then holds the graded
+    code's libraries but none of the course's code: the grader and the student's files come from
+    serverFilesCourse at grading time."""
+    _, built = prairielearn
+    assert "--no-install-local" in (built / "Dockerfile").read_text()
+    probe = "import importlib.util as u; print([m for m in {} if u.find_spec(m)])"
+    wanted = ["torch", "numpy", "jaxtyping", "safetensors", "cs_basics", "cs_basics_training", "tests"]
+    found = subprocess.run(
+        [str(image_python), "-I", "-c", probe.format(wanted)], cwd="/", capture_output=True, text=True, timeout=120
+    )
+    assert found.returncode == 0, found.stderr
+    assert found.stdout.strip() == str(["torch", "numpy", "jaxtyping", "safetensors"]), found.stdout
+
+
+@pytest.mark.slow  # uv makes the grading image's environment
+@pytest.mark.timeout(900)  # pytest in a student's copy, then a grading behind the question
+def test_each_mistake_is_named_alike_by_pytest_and_behind_the_prairielearn_question(
+    prairielearn, image_python, tmp_path
+):
+    """A course copy whose schedule declares 2 s a case; its PrairieLearn question built; a student's copy with one
+    mistake in each problem: pytest names each in every public case it fails, and so does the grader behind the
+    question, in the grading image's environment, for the uploaded files; the hidden schedule case, past 2 s, says
+    it ran over its time limit."""
+    course, built = prairielearn
     question = next((built / "questions").iterdir())
     html = (question / "question.html").read_text()
     assert '<pl-file-upload file-names="data.py, nn_utils.py, optimizer.py">' in html, html
@@ -185,7 +222,7 @@ def test_each_mistake_is_named_alike_by_pytest_and_behind_the_prairielearn_quest
     tmp_path.chmod(0o755)  # as root the grader's child runs under a uid of its own, which must reach the grader
     script = grade / info["externalGradingOptions"]["entrypoint"].removeprefix("/grade/")
     script.chmod(0o755)
-    env = {"CS_BASICS_GRADE_ROOT": str(grade), "CS_BASICS_PYTHON": sys.executable}
+    env = {"CS_BASICS_GRADE_ROOT": str(grade), "CS_BASICS_PYTHON": str(image_python)}
     done = subprocess.run(
         [str(script)],
         env={k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "CS_BASICS"))} | env,
