@@ -10,11 +10,8 @@ from __future__ import annotations
 
 import ast
 import json
-import os
 import re
 import shutil
-import subprocess
-import sys
 import tempfile
 import tomllib
 from collections.abc import Iterator
@@ -22,9 +19,19 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from .downstream import (
+    IGNORE,
+    ROOT,
+    beside_the_previous_assignment,
+    naming_the_staffs_folders,
+    outcomes,
+    solution_passes,
+    stubs_fail,
+    students_folder,
+    uv,
+)
+
 EXAMPLE = ROOT / "examples" / "multihead_attention"
-IGNORE = shutil.ignore_patterns(".venv", "__pycache__", ".pytest_cache", ".ruff_cache", "*.pyc")
 # the example's declaration, read in its own environment (its `tests` package is not this one's)
 DECLARATION = """
 import json
@@ -34,18 +41,6 @@ print(json.dumps({"cases": [[c.test, c.param] for c in a.cases], "points": a.poi
 """
 
 pytestmark = pytest.mark.slow
-
-
-def uv(*args: str, cwd: Path, timeout: int = 300) -> subprocess.CompletedProcess:
-    """`uv run --locked ...` in the copy: the machine's Python (never a downloaded one), its own venv."""
-    uv_bin = shutil.which("uv")
-    assert uv_bin, "uv is not on PATH (the README's one prerequisite)"
-    drop = ("VIRTUAL_ENV", "UV_PROJECT_ENVIRONMENT", "CS_BASICS_DEVICE")
-    env = {k: v for k, v in os.environ.items() if k not in drop}
-    env |= {"UV_PYTHON_DOWNLOADS": "never", "UV_PYTHON": sys._base_executable}
-    return subprocess.run(
-        [uv_bin, "run", "--locked", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
-    )
 
 
 @pytest.fixture(scope="module")
@@ -69,12 +64,6 @@ def declaration(example) -> dict:
     result = uv("python", "-c", DECLARATION, cwd=example)
     assert result.returncode == 0, result.stdout + result.stderr
     return json.loads(result.stdout.splitlines()[-1])
-
-
-def outcomes(stdout: str) -> dict[tuple[str, str], str]:
-    """(test, param) -> PASSED/FAILED/... from `pytest -v` lines `tests/x.py::test[param] PASSED`."""
-    found = re.findall(r"::(\w+)\[([^\]]+)\] (PASSED|FAILED|ERROR|SKIPPED)", stdout)
-    return {(test, param): outcome for test, param, outcome in found}
 
 
 def top_level_names(path: Path) -> set[str]:
@@ -168,37 +157,11 @@ def test_the_handout_installs_and_runs_away_from_the_staffs_clone(example):
     `cs_basics/`, and this example's handout beside it. The handout names that folder (no absolute path, nothing
     of the staff's layout); `uv run --locked pytest` installs the harness from the student's own copy and fails
     every graded test on the stubs; with the solution written in, every test passes."""
-    away = Path(tempfile.mkdtemp(prefix="cs-basics-student-"))
-    try:
+    with students_folder() as away:
         previous, handout = away / "cs_basics", away / "mha"
-        cut = subprocess.run(
-            [sys.executable, "-m", "cs_basics.cli", "handout", str(previous), "--no-check"],
-            cwd=ROOT, capture_output=True, text=True, timeout=300,
-        )  # fmt: skip
-        assert cut.returncode == 0, cut.stdout + cut.stderr
-        shutil.copy(ROOT / "cs_basics" / "nn" / "functional.py", previous / "cs_basics" / "nn" / "functional.py")
         built = uv("cs-basics", "handout", str(handout), "--no-check", cwd=example)
         assert built.returncode == 0, built.stdout + built.stderr
-        pyproject = tomllib.loads((handout / "pyproject.toml").read_text())
-        assert pyproject["tool"]["uv"]["sources"]["cs-basics"] == {"path": "../cs_basics", "editable": True}
-        assert "../cs_basics" in (handout / "README.md").read_text()
-        texts = [
-            p.read_text(errors="replace") for p in handout.rglob("*") if p.is_file() and p.suffix != ".safetensors"
-        ]
-        assert not [t for t in texts if str(ROOT) in t or str(example) in t or "../.." in t]
-        stubs = uv("pytest", "-v", "-p", "no:cacheprovider", cwd=handout)
-        assert stubs.returncode == 1, stubs.stdout[-4000:] + stubs.stderr[-2000:]
-        got = outcomes(stubs.stdout)
-        assert got and set(got.values()) == {"FAILED"}, got
-        assert stubs.stdout.count("NotImplementedError") >= len(got) and "test_fixtures_match_the_cases PASSED" in (
-            stubs.stdout
-        )
-        where = uv("python", "-c", "import cs_basics.harness; print(cs_basics.harness.__file__)", cwd=handout)
-        assert Path(where.stdout.strip()).is_relative_to(previous), where.stdout + where.stderr
-        attention = Path("cs_basics_mha") / "attention.py"
-        shutil.copy(EXAMPLE / attention, handout / attention)
-        solved = uv("pytest", "-v", "-p", "no:cacheprovider", cwd=handout)
-        assert solved.returncode == 0, solved.stdout[-4000:] + solved.stderr[-2000:]
-        assert set(outcomes(solved.stdout)) == set(got) and set(outcomes(solved.stdout).values()) == {"PASSED"}
-    finally:
-        shutil.rmtree(away, ignore_errors=True)
+        beside_the_previous_assignment(handout)
+        assert naming_the_staffs_folders(handout, example) == []
+        failed = stubs_fail(handout, previous)
+        assert set(solution_passes(handout, EXAMPLE, [Path("cs_basics_mha") / "attention.py"])) == set(failed)

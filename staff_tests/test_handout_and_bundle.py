@@ -262,7 +262,7 @@ def test_autograder_bundle_grades_a_submission_in_a_simulated_autograder_tree(as
         assert attention and all("RuntimeError: boom" in t["output"] for t in attention)
 
 
-@pytest.mark.parametrize("name", ["multihead_attention", "transformer_blocks"])
+@pytest.mark.parametrize("name", ["multihead_attention", "transformer_blocks", "training_utilities"])
 def test_a_course_with_a_path_dependency_outside_it_installs_and_grades_wherever_it_is_unpacked(tmp_path, name):
     """Each example next assignment depends on this harness by path (`../..`): the zip carries the harness and
     nothing else of the previous course (no test, fixture, student file or study kernel of it), pyproject.toml and

@@ -5,9 +5,13 @@ It runs in this package's environment, on a copy of the example laid out as in a
 at `../..`, where the example's path dependency points, so that its PrairieLearn grader carries that copy), in a
 folder others may enter (as root the grader's child runs under a uid of its own): its graded tests pass, it grades
 full marks, a student's copy with one mistake in each problem is named mistake by mistake alike by pytest and by
-the grader behind its PrairieLearn question (a hidden case past its problem's own time limit said so there; no case
-imported torch._dynamo, which an optimizer's first step imports: the grading server had), and its handout holds no
-answer. (`check-cases` on it: staff_tests/test_check_cases.py.)
+the grader behind its PrairieLearn question, in the environment its Dockerfile makes from its build context alone
+(a hidden case past its problem's own time limit said so there; no case imported torch._dynamo, which an
+optimizer's first step imports: the grading server had), and its handout holds no answer, nothing hidden and no
+staff path, installs with `uv run --locked` beside a student's copy of this course's handout, fails on its stubs
+and passes with the solution written in (those that run uv are marked `slow`). (`check-cases` on it:
+staff_tests/test_check_cases.py; its Gradescope zip installed and graded in a temporary /autograder:
+staff_tests/test_handout_and_bundle.py.)
 """
 
 from __future__ import annotations
@@ -24,9 +28,20 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from .downstream import (
+    IGNORE,
+    ROOT,
+    beside_the_previous_assignment,
+    naming_the_staffs_folders,
+    prairielearn_image_python,
+    solution_passes,
+    staff_only_lines,
+    stubs_fail,
+    students_folder,
+)
+
 EXAMPLE = ROOT / "examples" / "training_utilities"
-IGNORE = shutil.ignore_patterns(".venv", "__pycache__", ".pytest_cache", ".ruff_cache", "*.pyc")
+WRITTEN = [Path("cs_basics_training") / name for name in ("data.py", "nn_utils.py", "optimizer.py")]  # by students
 GRADED = 15  # 10 public cases and 5 hidden
 
 pytestmark = pytest.mark.xdist_group("training_example")  # one copy for the module, its tests one after another
@@ -123,18 +138,52 @@ def test_the_example_grades_full_marks(example, tmp_path):
     assert data["score"] == pytest.approx(6) and len(data["tests"]) == GRADED, data["tests"]
 
 
-@pytest.mark.timeout(900)  # pytest in a student's copy, then a grading behind the question
-def test_each_mistake_is_named_alike_by_pytest_and_behind_the_prairielearn_question(example, tmp_path):
-    """A course copy whose schedule declares 2 s a case; its PrairieLearn question built; a student's copy with one
-    mistake in each problem: pytest names each in every public case it fails, and so does the grader behind the
-    question, for the uploaded files; the hidden schedule case, past 2 s, says it ran over its time limit."""
+@pytest.fixture(scope="module")
+def prairielearn(example) -> tuple[Path, Path]:
+    """A course copy whose schedule declares 2 s a case, and its PrairieLearn files: (the course, the files)."""
     course = example.parent / "with_a_time_limit"
     shutil.copytree(example, course, ignore=IGNORE)
     pyproject = course / "pyproject.toml"
     pyproject.write_text(pyproject.read_text() + "\n[tool.cs-basics.problems.lr_cosine_schedule]\ncase_seconds = 2\n")
-    built = tmp_path / "pl"
+    built = example.parent / "pl"
     made = run("-m", "cs_basics.cli", "autograder", "--platform", "prairielearn", str(built), cwd=course)
     assert made.returncode == 0, made.stdout + made.stderr
+    return course, built
+
+
+@pytest.fixture(scope="module")
+def image_python(prairielearn) -> Path:
+    """The Python of the grading image the question's Dockerfile builds, made from its build context alone."""
+    return prairielearn_image_python(prairielearn[1], prairielearn[1].parent / "image")
+
+
+@pytest.mark.slow  # uv makes the grading image's environment
+def test_the_prairielearn_image_installs_from_its_build_context_and_holds_no_course_file(prairielearn, image_python):
+    """The Dockerfile's `uv sync --frozen` succeeds on the pyproject.toml and uv.lock it copies (their path
+    dependency, the harness, carried in serverFilesCourse, not installed), and the image then holds the graded
+    code's libraries but none of the course's code: the grader and the student's files come from
+    serverFilesCourse at grading time."""
+    _, built = prairielearn
+    assert "--no-install-local" in (built / "Dockerfile").read_text()
+    probe = "import importlib.util as u; print([m for m in {} if u.find_spec(m)])"
+    wanted = ["torch", "numpy", "jaxtyping", "safetensors", "cs_basics", "cs_basics_training", "tests"]
+    found = subprocess.run(
+        [str(image_python), "-I", "-c", probe.format(wanted)], cwd="/", capture_output=True, text=True, timeout=120
+    )
+    assert found.returncode == 0, found.stderr
+    assert found.stdout.strip() == str(["torch", "numpy", "jaxtyping", "safetensors"]), found.stdout
+
+
+@pytest.mark.slow  # uv makes the grading image's environment
+@pytest.mark.timeout(900)  # pytest in a student's copy, then a grading behind the question
+def test_each_mistake_is_named_alike_by_pytest_and_behind_the_prairielearn_question(
+    prairielearn, image_python, tmp_path
+):
+    """A course copy whose schedule declares 2 s a case; its PrairieLearn question built; a student's copy with one
+    mistake in each problem: pytest names each in every public case it fails, and so does the grader behind the
+    question, in the grading image's environment, for the uploaded files; the hidden schedule case, past 2 s, says
+    it ran over its time limit."""
+    course, built = prairielearn
     question = next((built / "questions").iterdir())
     html = (question / "question.html").read_text()
     assert '<pl-file-upload file-names="data.py, nn_utils.py, optimizer.py">' in html, html
@@ -173,7 +222,7 @@ def test_each_mistake_is_named_alike_by_pytest_and_behind_the_prairielearn_quest
     tmp_path.chmod(0o755)  # as root the grader's child runs under a uid of its own, which must reach the grader
     script = grade / info["externalGradingOptions"]["entrypoint"].removeprefix("/grade/")
     script.chmod(0o755)
-    env = {"CS_BASICS_GRADE_ROOT": str(grade), "CS_BASICS_PYTHON": sys.executable}
+    env = {"CS_BASICS_GRADE_ROOT": str(grade), "CS_BASICS_PYTHON": str(image_python)}
     done = subprocess.run(
         [str(script)],
         env={k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "CS_BASICS"))} | env,
@@ -196,11 +245,45 @@ def test_each_mistake_is_named_alike_by_pytest_and_behind_the_prairielearn_quest
     assert tests["test_hidden_adamw[hidden_resumed]"]["message"] == "hidden case: failed"  # nothing else of it
 
 
-def test_the_handout_computes_no_answer(example, tmp_path):
-    out = tmp_path / "handout"
-    built = run("-m", "cs_basics.cli", "handout", str(out), "--no-check", cwd=example)
-    assert built.returncode == 0, built.stdout + built.stderr
-    assert not (out / "hidden").exists() and (out / "tests" / "cases.py").is_file()
-    shipped = "\n".join(p.read_text() for p in out.rglob("*.py"))
+@pytest.fixture(scope="module")
+def handout(example) -> Iterator[tuple[Path, Path]]:
+    """The example's handout cut into a student's folder beside their copy of the previous assignment, away from
+    the staff's clone: (the previous assignment, the handout)."""
+    with students_folder() as away:
+        built = run("-m", "cs_basics.cli", "handout", str(away / "training"), "--no-check", cwd=example)
+        assert built.returncode == 0, built.stdout + built.stderr
+        yield away / "cs_basics", away / "training"
+
+
+def test_the_handout_computes_no_answer_and_holds_nothing_of_the_staffs(example, handout):
+    """No hidden file or line of one, no line of the solution, no staff path: the previous assignment is where the
+    handout's README tells the student to put it."""
+    _, out = handout
+    files = [p.relative_to(out) for p in out.rglob("*") if p.is_file() and ".venv" not in p.relative_to(out).parts]
+    assert not [rel for rel in files if "hidden" in rel.parts] and (out / "tests" / "cases.py").is_file()
+    shipped = "\n".join(p.read_text() for p in out.rglob("*.py") if ".venv" not in p.relative_to(out).parts)
     assert "class AdamW(torch.optim.Optimizer)" in shipped and "addcdiv_" not in shipped  # the stub, no answer
     assert "def lr_cosine_schedule" not in shipped and "np.random.randint" not in shipped  # the staff's oracles
+    staff = staff_only_lines(EXAMPLE)
+    answers = ("def lr_cosine_schedule(it, max_learning_rate, min_learning_rate, warmup_iters, cosine_cycle_iters, *,"
+               " shift=0):", "p.addcdiv_(m, v.sqrt().add_(eps), value=-step_size)")  # fmt: skip
+    assert set(answers) <= staff  # the check sees a hidden oracle's line and a solution's
+    assert not [line for line in map(str.strip, shipped.splitlines()) if line in staff]
+    beside_the_previous_assignment(out)
+    assert naming_the_staffs_folders(out, example) == []
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)  # the handout's environment made from its uv.lock, then its pytest
+def test_the_handout_installs_away_from_the_staffs_clone_and_fails_on_its_stubs(handout):
+    previous, out = handout
+    failed = stubs_fail(out, previous)
+    assert len(failed) == 10, failed  # the public cases: the hidden ones stayed with the staff
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_the_handout_passes_with_the_solution_written_in(handout):
+    """The handout has all it needs (fixtures, adapters, the harness from the student's copy) to pass."""
+    _, out = handout
+    assert len(solution_passes(out, EXAMPLE, WRITTEN)) == 10
