@@ -95,7 +95,7 @@ def grade_many(
     shard = resolve_shard(settings.shard, os.environ)
     planned = plan(assignment, select(submissions, shard), results_dir, settings_of(settings), settings.force)
     results_dir.mkdir(parents=True, exist_ok=True)
-    workers = settings.workers or max(1, (os.cpu_count() or 2) // 2)
+    workers = settings.default_workers()
     todo, skipped = [p for p in planned if not p.skip], [p for p in planned if p.skip]
     rows = [score_row(p.submission.name, read_or_none(p.results) or {}) for p in skipped]
     what = f"{len(planned)} submissions" + (f" (shard {shard} of {folder})" if shard else "")
