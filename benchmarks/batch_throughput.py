@@ -6,7 +6,9 @@ grader, and with the grader of an earlier commit (`--before REV`, checked out in
 worktree and run on the same environment). Prints each run's wall time and submissions per minute, and the
 CPU seconds of all the grading's processes (cpu_seconds.py): the submissions a minute the machine's cores
 would grade were they busy with nothing else, a ratio that holds on a busy machine.
+`--sandbox fallback` grades both in the fallback sandbox.
 Usage: uv run python benchmarks/batch_throughput.py [--copies 40] [--workers 2] [--before REV] [--repeats 1]
+       [--sandbox fallback]
 """
 
 from __future__ import annotations
@@ -28,10 +30,11 @@ ROOT = Path(__file__).resolve().parents[1]
 BEFORE = "6b464c9"  # the last grader with one grading process per submission
 
 
-def grade_folder(grader: Path, folder: Path, out: Path, workers: int) -> tuple[float, float, str]:
+def grade_folder(grader: Path, folder: Path, out: Path, workers: int, sandbox: str | None) -> tuple[float, float, str]:
     """Wall seconds, CPU seconds of every process of the grading, and how the CPU was counted (cpu_seconds.py)."""
     shutil.rmtree(out, ignore_errors=True)
     command = [sys.executable, "-m", "cs_basics.cli", "grade", "--submission", str(folder), "--results", str(out)]
+    command += ["--sandbox", sandbox] if sandbox else []
     env = os.environ | {"PYTHONPATH": str(grader)}  # this grader's cs_basics first, on the same environment
     done, wall, cpu, how = cpu_seconds.run(
         [*command, "--workers", str(workers)], cwd=grader, env=env, capture_output=True, text=True
@@ -48,6 +51,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--before", default=BEFORE, help=f"the earlier grader's commit (default {BEFORE})")
     parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--sandbox", choices=("bubblewrap", "fallback"), default=None, help="default: the grader's")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="cs-basics-throughput-") as tmp:
         tmp = Path(tmp)
@@ -65,13 +69,16 @@ def main() -> None:
             cpus: dict[str, list[float]] = {args.before: [], "this checkout": []}
             for _ in range(args.repeats):
                 for name, grader in ((args.before, before), ("this checkout", ROOT)):
-                    wall, cpu, how = grade_folder(grader, folder, tmp / "out", args.workers)
+                    wall, cpu, how = grade_folder(grader, folder, tmp / "out", args.workers, args.sandbox)
                     times[name].append(wall)
                     cpus[name].append(cpu)
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(before)], cwd=ROOT, capture_output=True)
     cores = len(os.sched_getaffinity(0))
-    table = Table(title=f"{args.copies} correct submissions, --workers {args.workers}, median of {args.repeats}")
+    sandbox = f", --sandbox {args.sandbox}" if args.sandbox else ""
+    table = Table(
+        title=f"{args.copies} correct submissions, --workers {args.workers}{sandbox}, median of {args.repeats}"
+    )
     columns = ("grader", "wall s", "submissions per minute", f"CPU s ({how})", f"CPU-bound per minute, {cores} cores")
     for column in columns:
         table.add_column(column)

@@ -499,7 +499,12 @@ def build_parser() -> argparse.ArgumentParser:
         "repeatable, one grading for all. Default: the platform found (/autograder, /grade, GITHUB_ACTIONS=true), "
         "else gradescope",
     )
-    grade.add_argument("--workers", type=int, default=None, help="parallel gradings for many submissions")
+    grade.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="parallel gradings for many submissions (default: one per core the grader may use, as memory allows)",
+    )
     grade.add_argument("--shard", type=shard_option, default=None, help=SHARD_HELP)
     grade.add_argument("--force", action="store_true", help="grade again submissions whose grade is up to date")
     grade.add_argument("--project", **project)

@@ -6,17 +6,21 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 
 import cs_basics.harness.grading.sandbox.worker as worker_module
-from cs_basics.harness.grading.pipeline.grade import grade, stage
-from cs_basics.harness.grading.pipeline.staging import copy_overlaid
+from cs_basics.harness.grading.pipeline.grade import grade, overlay_for, stage
+from cs_basics.harness.grading.pipeline.staging import Overlay, copy_overlaid
+from cs_basics.harness.grading.sandbox import litter
 from cs_basics.harness.grading.sandbox.leases import kill_uid, lease_uid, processes_of
 from cs_basics.harness.grading.sandbox.limits import Limits
-from cs_basics.harness.grading.sandbox.worker import Worker, named_libraries
+from cs_basics.harness.grading.sandbox.worker import Overlays, Worker, named_libraries
 
 from .submissions import ROOT, run, scores, submission, wrap_attention
 
@@ -238,3 +242,50 @@ def test_the_child_imports_the_staged_harness_and_cases_without_compiling_them(a
     done = subprocess.run([sys.executable, "-I", "-c", COMPILED, str(code)], capture_output=True, text=True)
     submissions_own = ["cs_basics/__init__.py", "cs_basics/nn/__init__.py", "cs_basics/nn/functional.py"]
     assert done.stdout.strip() == f"compiled: {submissions_own}", done.stdout + done.stderr[-2000:]
+
+
+def test_the_workers_of_a_batch_make_the_courses_overlay_once(assignment, tmp_path):
+    """The files laid over each job's code are the course's, not a worker's: workers that share an `Overlays` make
+    them once (the others wait for it); a worker whose jobs have no uid of their own copies them, never links."""
+    made = []
+
+    def make(folder):
+        time.sleep(0.05)  # the others arrive while it is being made
+        made.append(folder)
+        return Overlay.make(assignment, folder, link=True)
+
+    shared = Overlays(tmp_path)
+    threads = [threading.Thread(target=shared.get, args=(assignment.root, make)) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert made == [tmp_path / "overlays" / "0"] and shared[assignment.root].link
+    without_uid = SimpleNamespace(uid=None, overlays=shared)
+    assert not overlay_for(assignment, without_uid).link and shared[assignment.root].link
+
+
+@needs_root
+def test_reaping_a_jobs_orphans_reads_this_processes_children_not_every_process(monkeypatch):
+    """An orphan the grader adopted is reaped by its uid, found among this process's own children: the rest of the
+    machine's processes are not read (a busy machine has hundreds)."""
+    uid, lease = lease_uid()
+    try:
+        pid = os.fork()
+        if pid == 0:
+            os.setuid(uid)  # as a job's process
+            os._exit(0)
+        time.sleep(0.2)
+        assert str(pid) in litter.own_children()
+        read = []
+        real = Path.read_text
+
+        def counted(path, *args, **kwargs):
+            read.append(path)
+            return real(path, *args, **kwargs)
+
+        monkeypatch.setattr(Path, "read_text", counted)
+        assert litter.reap_orphans(uid) == 1
+        assert len([p for p in read if p.name == "stat"]) <= len(litter.own_children() or []) + 1
+    finally:
+        lease.close()

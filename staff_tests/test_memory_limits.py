@@ -23,7 +23,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from cs_basics.harness.cgroup import CgroupMemory, cgroup_memory
+import cs_basics.harness.grading.settings as settings_module
+from cs_basics.harness.cgroup import CgroupMemory, cgroup_cores, cgroup_memory
 from cs_basics.harness.config import Assignment
 from cs_basics.harness.grading.pipeline.grade import grade
 from cs_basics.harness.grading.sandbox.attempts import Attempt, ChildLog, Lines
@@ -37,6 +38,7 @@ from cs_basics.harness.grading.sandbox.limits import (
     within_memory,
 )
 from cs_basics.harness.grading.sandbox.worker import Worker
+from cs_basics.harness.grading.settings import GradeSettings
 
 from .submissions import ROOT, keeps_memory, maps_shared_memory, memory_cgroup_problem, submission, wrap_attention
 
@@ -132,6 +134,38 @@ def test_a_path_beside_the_mounts_root_is_not_under_it(tmp_path: Path) -> None:
     cgroup_files(mount / "def", {"memory.limit_in_bytes": str(1 * MiB)})
     found = cgroup_memory("4:memory:/docker/abcdef\n", mountinfo(("/docker/abc", mount, "cgroup", "rw,memory")))
     assert found is not None and found.folder == mount and found.limit == 256 * MiB
+
+
+def test_the_cpu_quota_is_the_smallest_on_the_way_up_v2_and_v1(tmp_path: Path) -> None:
+    """A container's `--cpus 1.5` is cpu.max "150000 100000" (v2) or a cfs quota (v1): the cores it may use, the
+    smallest quota on the way up; "max" and -1 are no quota."""
+    mount = tmp_path / "v2"
+    cgroup_files(mount / "pod", {"cpu.max": "150000 100000"})
+    cgroup_files(mount / "pod/job", {"cpu.max": "max 100000"})
+    assert cgroup_cores("0::/pod/job\n", mountinfo(("/", mount, "cgroup2", "rw"))) == 1.5
+    cgroup_files(mount / "pod", {"cpu.max": "max 100000"})
+    assert cgroup_cores("0::/pod/job\n", mountinfo(("/", mount, "cgroup2", "rw"))) is None
+    v1 = cgroup_files(tmp_path / "cpu", {"cpu.cfs_quota_us": "50000", "cpu.cfs_period_us": "100000"})
+    assert cgroup_cores("3:cpu,cpuacct:/\n", mountinfo(("/", v1, "cgroup", "rw,cpu,cpuacct"))) == 0.5
+    cgroup_files(v1, {"cpu.cfs_quota_us": "-1"})
+    assert cgroup_cores("3:cpu,cpuacct:/\n", mountinfo(("/", v1, "cgroup", "rw,cpu,cpuacct"))) is None
+
+
+def test_the_default_workers_fit_the_cores_and_keep_each_submissions_memory(monkeypatch) -> None:
+    """One worker per core the grader may use, but no more than its memory holds with each submission's whole
+    limit (768 MiB, Gradescope's: one worker, whatever the cores); `--workers` given wins."""
+    monkeypatch.setattr(settings_module, "usable_cores", lambda: 4)
+    monkeypatch.setattr(settings_module, "own_memory", lambda: None)
+    monkeypatch.setattr(settings_module, "physical_mb", lambda: 64 << 10)
+    assert GradeSettings().default_workers() == 4
+    assert GradeSettings(workers=7).default_workers() == 7
+    small = CgroupMemory(limit=768 * MiB, swap=None, usage=0, folder=Path("/"))
+    monkeypatch.setattr(settings_module, "own_memory", lambda: small)
+    assert GradeSettings().default_workers() == 1
+    roomy = CgroupMemory(limit=2 * (SERVER_MB + 1024) * MiB + GRADER_MB * MiB, swap=None, usage=0, folder=Path("/"))
+    monkeypatch.setattr(settings_module, "own_memory", lambda: roomy)
+    assert GradeSettings(memory_mb=1024).default_workers() == 2
+    assert GradeSettings(memory_mb=1024).limits(2).memory_mb == 1024  # the default never lowers the code's limit
 
 
 def test_a_hybrid_machine_reads_v1s_memory_controller(tmp_path: Path) -> None:

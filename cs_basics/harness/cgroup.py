@@ -13,6 +13,7 @@ the host's path). The limit that binds is the smallest on the way up to the moun
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -115,18 +116,24 @@ def _big(value: int | None) -> int | None:
     return None if value is None or value >= NO_LIMIT else value
 
 
-def cgroup_memory(proc_cgroup: str, mountinfo: str) -> CgroupMemory | None:
-    """The memory cgroup that `proc_cgroup` (a /proc/PID/cgroup's text) names, read through the mounts of
-    `mountinfo` (a /proc/PID/mountinfo's text); a v1 memory hierarchy first, where there is one (a hybrid
-    machine's v2 hierarchy then holds no memory controller); None where no memory cgroup is mounted."""
-    paths = {}  # "memory" (v1) or "" (v2) -> the cgroup's path
+def _cgroup_paths(proc_cgroup: str, controller: str) -> dict[str, str]:
+    """`controller` (v1's hierarchy that has it) or "" (v2's) -> the cgroup's path, from a /proc/PID/cgroup's text."""
+    paths = {}
     for line in proc_cgroup.splitlines():
         number, _, rest = line.partition(":")
         controllers, _, path = rest.partition(":")
         if number == "0" and controllers == "":
             paths[""] = path
-        elif "memory" in controllers.split(","):
-            paths["memory"] = path
+        elif controller in controllers.split(","):
+            paths[controller] = path
+    return paths
+
+
+def cgroup_memory(proc_cgroup: str, mountinfo: str) -> CgroupMemory | None:
+    """The memory cgroup that `proc_cgroup` (a /proc/PID/cgroup's text) names, read through the mounts of
+    `mountinfo` (a /proc/PID/mountinfo's text); a v1 memory hierarchy first, where there is one (a hybrid
+    machine's v2 hierarchy then holds no memory controller); None where no memory cgroup is mounted."""
+    paths = _cgroup_paths(proc_cgroup, "memory")
     mounts = _mounts(mountinfo)
     for root, point, kind, options in mounts:
         if kind == "cgroup" and "memory" in options and "memory" in paths:
@@ -145,6 +152,36 @@ def own_memory() -> CgroupMemory | None:
         return cgroup_memory(Path("/proc/self/cgroup").read_text(), Path("/proc/self/mountinfo").read_text())
     except OSError:
         return None
+
+
+def cgroup_cores(proc_cgroup: str, mountinfo: str) -> float | None:
+    """The cores the cpu cgroup that `proc_cgroup` names may use (its quota over its period: v2's `cpu.max`, v1's
+    `cpu.cfs_quota_us` and `cpu.cfs_period_us`), the smallest on the way up; None where none is set or readable."""
+    paths = _cgroup_paths(proc_cgroup, "cpu")
+    found: list[float | None] = []
+    for root, point, kind, options in _mounts(mountinfo):
+        if kind == "cgroup" and "cpu" in options and "cpu" in paths:
+            for folder in _chain(_folder(root, point, paths["cpu"]), point):
+                quota, period = _number(folder / "cpu.cfs_quota_us"), _number(folder / "cpu.cfs_period_us")
+                found.append(quota / period if quota and period else None)  # -1 (no quota) reads as None
+            break
+        if kind == "cgroup2" and "" in paths:
+            for folder in _chain(_folder(root, point, paths[""]), point):
+                with contextlib.suppress(OSError, ValueError):
+                    quota, _, period = (folder / "cpu.max").read_text().partition(" ")
+                    found.append(int(quota) / int(period) if quota.isdigit() and int(period) > 0 else None)
+    return _smallest(found)
+
+
+def usable_cores() -> int:
+    """The cores this process may run on: those its CPU affinity allows, fewer where its cpu cgroup's quota gives
+    less (a container's `--cpus`, Gradescope's half a CPU counts as one); at least one."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    try:
+        quota = cgroup_cores(Path("/proc/self/cgroup").read_text(), Path("/proc/self/mountinfo").read_text())
+    except OSError:
+        quota = None
+    return max(1, min(cores, math.ceil(quota)) if quota is not None else cores)
 
 
 def oom_kills() -> int | None:

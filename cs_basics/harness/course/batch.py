@@ -13,6 +13,7 @@ import dataclasses
 import os
 import signal
 import sys
+import tempfile
 import threading
 from pathlib import Path
 from threading import Lock
@@ -36,8 +37,9 @@ from cs_basics.harness.course.shards import resolve_shard, select, submission_fo
 from cs_basics.harness.device import choose_device
 from cs_basics.harness.grading.command import grade_safely, stopping_on_signals
 from cs_basics.harness.grading.pipeline.upload import NotGradable, laid_out, written_files
+from cs_basics.harness.grading.sandbox.litter import remove_tree
 from cs_basics.harness.grading.sandbox.stopping import STOP, StaffError
-from cs_basics.harness.grading.sandbox.worker import Worker
+from cs_basics.harness.grading.sandbox.worker import Overlays, Worker
 from cs_basics.harness.grading.settings import GradeSettings
 from cs_basics.harness.grading.writers.results import printable, write_results
 
@@ -93,12 +95,13 @@ def grade_many(
     shard = resolve_shard(settings.shard, os.environ)
     planned = plan(assignment, select(submissions, shard), results_dir, settings_of(settings), settings.force)
     results_dir.mkdir(parents=True, exist_ok=True)
-    workers = settings.workers or max(1, (os.cpu_count() or 2) // 2)
+    workers = settings.default_workers()
     todo, skipped = [p for p in planned if not p.skip], [p for p in planned if p.skip]
     rows = [score_row(p.submission.name, read_or_none(p.results) or {}) for p in skipped]
     what = f"{len(planned)} submissions" + (f" (shard {shard} of {folder})" if shard else "")
     limits = dataclasses.replace(settings.limits(workers), threads=max(1, len(os.sched_getaffinity(0)) // workers))
     device, queue, lock, failures, warming = choose_device(settings.device), list(todo), Lock(), [], Lock()
+    overlays = Overlays(Path(tempfile.mkdtemp(prefix="cs-basics-overlays-")))  # the course's, made once for all workers
 
     def take() -> Planned | None:
         with lock:
@@ -109,6 +112,7 @@ def grade_many(
             with started or Worker(settings.sandbox, limits) as worker:
                 worker.limits = limits  # a started worker's too: its job's share of the cores
                 worker.hide.append(str(folder))  # no submission sees the others
+                worker.overlays = overlays
                 while (planned := take()) is not None:
                     rows.append(grade_planned(assignment, planned, device, worker))
                     progress.advance(task)
@@ -118,17 +122,21 @@ def grade_many(
             with contextlib.suppress(Exception):  # the analysis at the end says what failed, in its own words
                 warm_figures()  # the first worker out of submissions, while the others grade their last ones
 
-    with stopping_on_signals() as came, Progress() as progress:
-        doing = escape(printable(f"grading {what} ({len(skipped)} unchanged: skipped)"))
-        task = progress.add_task(doing, total=len(planned))
-        progress.advance(task, len(skipped))
-        threads = [
-            threading.Thread(target=work, args=(started if i == 0 else None,)) for i in range(min(workers, len(todo)))
-        ]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+    try:
+        with stopping_on_signals() as came, Progress() as progress:
+            doing = escape(printable(f"grading {what} ({len(skipped)} unchanged: skipped)"))
+            task = progress.add_task(doing, total=len(planned))
+            progress.advance(task, len(skipped))
+            threads = [
+                threading.Thread(target=work, args=(started if i == 0 else None,))
+                for i in range(min(workers, len(todo)))
+            ]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+    finally:
+        remove_tree(overlays.root)  # once every worker is done with it
     why = f"not graded: {failures[0]}" if failures else "not graded: grading was stopped"
     rows += [not_graded(p, why) for p in queue]
     write_scores(results_dir / SCORES, rows)

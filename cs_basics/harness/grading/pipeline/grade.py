@@ -9,6 +9,7 @@ everything a hidden case printed, raised or computed is kept for that case's own
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from dataclasses import dataclass, field
@@ -109,13 +110,11 @@ class Grade:
 
 
 def overlay_for(assignment: Assignment, worker: Worker) -> Overlay:
-    """The worker's overlay of `assignment`, made at its first job."""
-    made = worker.overlays.get(assignment.root)
-    if made is None:
-        folder = worker.root / "overlays" / str(len(worker.overlays))
-        folder.parent.mkdir(mode=0o700, exist_ok=True)  # no job's uid lists them; each job reads its links
-        made = worker.overlays[assignment.root] = Overlay.make(assignment, folder, link=worker.uid is not None)
-    return made
+    """The course's overlay, made at the first job of the worker (or of the batch, whose workers share it): linked
+    into each job's code only where this worker's jobs run as a uid of their own (see Overlay)."""
+    link = worker.uid is not None
+    made = worker.overlays.get(assignment.root, lambda folder: Overlay.make(assignment, folder, link=link))
+    return made if made.link == link or not made.link else dataclasses.replace(made, link=False)
 
 
 def protect_hidden(assignment: Assignment, worker: Worker) -> str | None:

@@ -119,11 +119,27 @@ def become_subreaper() -> bool:
     return False
 
 
+def own_children() -> list[str] | None:
+    """This process's children, from each of its threads' /proc/self/task/TID/children (the kernel gives an orphan
+    to one thread of its subreaper); None where the kernel keeps no such list (CONFIG_PROC_CHILDREN)."""
+    found: list[str] = []
+    try:
+        for task in os.scandir("/proc/self/task"):
+            with contextlib.suppress(FileNotFoundError):  # a thread that ended meanwhile
+                found += Path(task.path, "children").read_text().split()
+    except OSError:
+        return None
+    return found
+
+
 def reap_orphans(uid: int) -> int:
     """Reap this process's children that have ended and ran as `uid`: a job's orphans it adopted (what it starts as
-    that uid itself, `kill_uid`'s killers, the worker's thread has waited for before it calls this); how many."""
+    that uid itself, `kill_uid`'s killers, the worker's thread has waited for before it calls this); how many. Only
+    this process's children are looked at, where the kernel lists them: not every process of the machine."""
     me, reaped = str(os.getpid()), 0
-    for entry in Path("/proc").iterdir():
+    children = own_children()
+    entries = [Path("/proc", pid) for pid in children] if children is not None else list(Path("/proc").iterdir())
+    for entry in entries:
         with contextlib.suppress(OSError, IndexError, ValueError, ChildProcessError):
             state, parent = entry.joinpath("stat").read_text().rsplit(")", 1)[1].split()[:2]
             if parent == me and state == "Z" and entry.stat().st_uid == uid:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -49,6 +50,31 @@ def named_libraries(files: list[Path]) -> list[str]:
     return [name for name in WARM_ON_REQUEST if any(name.encode() in text for text in texts)]
 
 
+class Overlays:
+    """The files laid over each job's code (staging.Overlay), one set per course, made at the first job that
+    needs it in a folder under `root` that no job's uid may list. The workers of a batch share one: a course's
+    overlay is the same for each of them, so it is made (its files copied, its bytecode compiled) once a
+    course, not once a worker."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.made: dict[Path, Overlay] = {}  # course root -> its overlay
+        self.lock = threading.Lock()
+
+    def __getitem__(self, course: Path) -> Overlay:
+        return self.made[course]
+
+    def get(self, course: Path, make: Callable[[Path], Overlay]) -> Overlay:
+        """The course's overlay, made into a fresh folder by `make` where there is none yet (the other workers
+        wait for it: they would make the same files)."""
+        with self.lock:
+            if course not in self.made:
+                folder = self.root / "overlays" / str(len(self.made))
+                folder.parent.mkdir(mode=0o700, exist_ok=True)  # no job's uid lists them; each job reads its links
+                self.made[course] = make(folder)
+            return self.made[course]
+
+
 class Worker:
     """A grading server and a uid of its own (leased for the worker's life, so that no other grader on the
     machine takes it), reused for one submission after another."""
@@ -79,7 +105,7 @@ class Worker:
         self.jobs = 0
         self.attempts = 0
         self.hide: list[str] = []  # folders no job may see besides the course's (a batch's folder of submissions)
-        self.overlays: dict[Path, Overlay] = {}  # course root -> the files laid over each job's code (staging.stage)
+        self.overlays = Overlays(self.root)  # the files laid over each job's code (a batch's workers share theirs)
         self.none_left = False  # no process of the uid is left, and no job started since (known by kill_uid)
         self.swept_left = 0  # without a uid: the processes the server's last sweep could not end
         self.warmed: set[str] = set()  # what the server was asked to import (warm)
