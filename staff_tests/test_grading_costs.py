@@ -16,7 +16,7 @@ import torch
 
 import cs_basics.harness.grading.sandbox.worker as worker_module
 from cs_basics.harness.grading.pipeline.grade import grade, overlay_for, stage
-from cs_basics.harness.grading.pipeline.staging import Overlay, copy_overlaid
+from cs_basics.harness.grading.pipeline.staging import Overlay, copy_overlaid, hidden_case_sources
 from cs_basics.harness.grading.sandbox import litter
 from cs_basics.harness.grading.sandbox.leases import kill_uid, lease_uid, processes_of
 from cs_basics.harness.grading.sandbox.limits import Limits
@@ -242,6 +242,33 @@ def test_the_child_imports_the_staged_harness_and_cases_without_compiling_them(a
     done = subprocess.run([sys.executable, "-I", "-c", COMPILED, str(code)], capture_output=True, text=True)
     submissions_own = ["cs_basics/__init__.py", "cs_basics/nn/__init__.py", "cs_basics/nn/functional.py"]
     assert done.stdout.strip() == f"compiled: {submissions_own}", done.stdout + done.stderr[-2000:]
+
+
+def test_the_hidden_phase_stages_the_hidden_cases_module_and_nothing_else_of_the_staffs_folder(assignment, tmp_path):
+    """The job's code runs beside what is staged: of the hidden folder, only the cases' module and what it imports
+    (here the package's `__init__.py`); the staff's answers, the oracles and the hidden pytest files stay out."""
+    code = tmp_path / "code"
+    copy_overlaid(assignment, code)
+    hidden = assignment.hidden_dir.name
+    staged = sorted(p.relative_to(code).as_posix() for p in (code / hidden).rglob("*.py"))
+    assert staged == [f"{hidden}/__init__.py", f"{hidden}/cases.py"]
+    assert (assignment.hidden_dir / "answers.py").is_file()  # there to leave out: the test can fail
+    done = subprocess.run([sys.executable, "-I", "-c", COMPILED, str(code)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]  # the hidden cases import from what is staged
+
+
+def test_hidden_cases_that_import_a_module_of_their_own_folder_have_it_staged(tmp_path):
+    """Absolute and relative imports within the hidden package are followed, transitively."""
+    package = tmp_path / "hidden"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "cases.py").write_text("from hidden.shapes import SHAPES\nfrom . import seeds\n")
+    (package / "shapes.py").write_text("from .sizes import SIZES\nSHAPES = SIZES\n")
+    (package / "sizes.py").write_text("SIZES = [1]\n")
+    (package / "seeds.py").write_text("SEED = 0\n")
+    (package / "answers.py").write_text("SOLUTION = 1\n")
+    found = [p.name for p in hidden_case_sources(package, package / "cases.py")]
+    assert found == ["__init__.py", "cases.py", "seeds.py", "shapes.py", "sizes.py"]
 
 
 def test_the_workers_of_a_batch_make_the_courses_overlay_once(assignment, tmp_path):

@@ -1,9 +1,10 @@
-"""What students see before grades are published holds nothing of a hidden case, and nothing a submission
-brings reaches the staff's terminal or spreadsheet as a command.
+"""What students see, before grades are published and after, holds nothing of a hidden case, and nothing a
+submission brings reaches the staff's terminal or spreadsheet as a command.
 
 Hidden cases run after every public case, in processes of their own, and their inputs exist only from
 then on: the results' top-level `output` and the public cases' entries (Gradescope shows both at once)
-hold nothing a hidden case printed, raised or computed. Each test runs in both sandboxes.
+hold nothing a hidden case printed, raised or computed, and a hidden entry (shown once grades are published) says
+passed or failed only: its message is the staff's, in `extra_data`. Each test runs in both sandboxes.
 """
 
 from __future__ import annotations
@@ -124,21 +125,36 @@ def hidden_numbers(assignment) -> dict[str, list[str]]:
 
 
 def student_visible(data: dict) -> str:
-    """Every field Gradescope shows before grades are published."""
+    """Every field Gradescope shows a student, before grades are published and after (the hidden entries)."""
     fields = [data.get("output", "")]
-    fields += [f"{t['name']} {t['output']}" for t in data["tests"] if t.get("visibility", "visible") == "visible"]
+    fields += [f"{t['name']} {t['output']}" for t in data["tests"]]
     return "\n".join(fields)
 
 
+def staff_only(data: dict) -> str:
+    """What Gradescope keeps and shows to nobody: a hidden case's message is there, for the staff."""
+    return json.dumps(data.get("extra_data", {}))
+
+
+def first_public_number(assignment) -> str:
+    case = next(c for c in assignment.cases if not c.hidden)
+    shown = case.prepare(assignment.store_for(case).load(case.id)[0], torch.device("cpu"))
+    return repr(next(iter(shown.values())).flatten()[0].item())
+
+
 def assert_hidden_stays_hidden(assignment, data: dict, where: str) -> None:
-    visible = student_visible(data)
+    """No hidden input in any field a student sees, hidden entries included, nor anywhere in the file but the
+    staff's `extra_data`; the public inputs the same code printed are shown (so the test can fail: the code
+    printed, the file holds it)."""
     numbers = hidden_numbers(assignment)
-    leaked = {case: [n for n in values if n in visible] for case, values in numbers.items()}
-    assert not any(leaked.values()), f"{where}: hidden inputs in student-visible fields: {leaked}"
-    hidden_entries = "\n".join(t["output"] for t in data["tests"] if t["visibility"] != "visible")
-    seen = [case for case, values in numbers.items() if any(n in hidden_entries for n in values)]
-    assert seen, f"{where}: the hidden cases' entries do not hold what they printed"  # the test can fail
-    assert all(t["visibility"] == "after_published" for t in data["tests"] if "hidden" in t["name"])
+    assert numbers  # the course has hidden cases, else this test shows nothing
+    whole = json.dumps({field: value for field, value in data.items() if field != "extra_data"})
+    leaked = {case: [n for n in values if n in whole] for case, values in numbers.items()}
+    assert not any(leaked.values()), f"{where}: hidden inputs in the results: {leaked}"
+    assert first_public_number(assignment) in data["output"], f"{where}: the public inputs printed are not shown"
+    hidden = [t for t in data["tests"] if "hidden" in t["name"]]
+    assert all(t["visibility"] == "after_published" for t in hidden)
+    assert all(t["output"].startswith("hidden case: ") for t in hidden), [t["output"][:200] for t in hidden]
 
 
 @pytest.fixture(scope="module", params=SANDBOXES)
@@ -154,11 +170,10 @@ def test_no_hidden_input_reaches_a_field_students_see_at_once(assignment, worker
         result = grade(assignment, submission(tmp_path, SUBMISSIONS[kind]), torch.device("cpu"), worker=released)
     data = json.loads(json.dumps(results_json(result)))
     assert_hidden_stays_hidden(assignment, data, f"{kind} in {worker.sandbox}")
-    public_printed = data["output"]
-    first_public = next(c for c in assignment.cases if not c.hidden)
-    assert hidden_numbers(assignment)  # the course has hidden cases, else this test shows nothing
-    shown = first_public.prepare(assignment.store_for(first_public).load(first_public.id)[0], torch.device("cpu"))
-    assert repr(next(iter(shown.values())).flatten()[0].item()) in public_printed  # public inputs are still shown
+    # the grader did capture what the code printed in the hidden cases (for the staff's API): it is the writer
+    # that keeps it from the file, not a capture that missed it
+    printed = "\n".join(t.printed for t in result.tests if t.case.hidden)
+    assert any(n in printed for values in hidden_numbers(assignment).values() for n in values)
 
 
 def test_a_hidden_case_that_breaks_the_rule_names_itself_only_in_its_own_entry(assignment, worker, tmp_path):
@@ -181,7 +196,7 @@ def test_a_hidden_case_that_breaks_the_rule_names_itself_only_in_its_own_entry(a
     visible = student_visible(data)
     named = "torch's softmax"  # the operator's description, in the message of the case that ran it
     assert named not in visible and not any(i in visible for i in hidden_ids)
-    assert any(named in t["output"] for t in softmax if t["visibility"] != "visible")
+    assert named in staff_only(data)  # the staff's, in Gradescope's extra_data
 
 
 def test_library_arithmetic_in_a_hidden_case_holds_the_problem_naming_it_only_in_its_own_entry(
@@ -205,7 +220,7 @@ def test_library_arithmetic_in_a_hidden_case_holds_the_problem_naming_it_only_in
     visible = student_visible(data)
     assert named not in visible and not any(c.id in visible for c in assignment.cases if c.hidden)
     assert all(HELD in t["output"] for t in softmax if t["visibility"] == "visible")
-    assert any(named in t["output"] for t in softmax if t["visibility"] != "visible")
+    assert named in staff_only(data)  # the staff's, in Gradescope's extra_data
 
 
 def test_a_message_for_the_staff_forged_in_a_hidden_case_reaches_no_entry_and_costs_the_problem(
@@ -239,7 +254,9 @@ def test_a_message_for_the_staff_forged_in_a_hidden_case_reaches_no_entry_and_co
     softmax = [t for t in data["tests"] if t["tags"] == ["softmax"]]
     assert sum(t["score"] for t in softmax) == 0
     hidden = {t["name"]: t for t in data["tests"] if t["visibility"] != "visible"}
-    assert "sent the grader a line the harness never sends" in hidden["test_hidden_softmax[grad_dim_0]"]["output"]
+    assert hidden["test_hidden_softmax[grad_dim_0]"]["output"] == "hidden case: failed"
+    kept = data["extra_data"]["cs_basics"]["hidden_messages"]["test_hidden_softmax[grad_dim_0]"]
+    assert "sent the grader a line the harness never sends" in kept
     assert all(t["status"] == "passed" for t in data["tests"] if t["tags"] != ["softmax"])
 
 

@@ -4,7 +4,7 @@ The grading process never imports student code: it reads the submission's files 
 them and to apply the from-scratch rule to their syntax trees), hands the child only each
 case's inputs, and compares what comes back with expected values the child cannot read.
 Hidden cases' inputs are handed over only after every public case ran (runs.run_cases), and
-everything a hidden case printed, raised or computed is kept for that case's own entry.
+nothing a hidden case printed, raised or computed reaches an entry students see (writers/results.py).
 """
 
 from __future__ import annotations
@@ -70,21 +70,28 @@ class TestResult:
     passed: bool
     output: str
     seconds: float = 0.0
-    printed: str = ""  # a hidden case's: what the code printed while it ran
+    printed: str = ""  # a hidden case's: what the code printed while it ran (for the staff's API, in no file)
 
     def __post_init__(self):  # what the submission printed and raised enters the grade made safe for every reader
         self.output, self.printed = printable(self.output), printable(self.printed)
 
     @property
     def message(self) -> str:
-        """The entry's text: the verdict, then what a hidden case printed (its entry alone shows that)."""
+        """The entry's text: the verdict, and where a hidden case printed something, that it is kept from every
+        reader. What the code printed while a hidden case ran could hold the hidden inputs, or any file the job
+        could read; an entry students see once grades are published must not carry it."""
         if not self.printed.strip():
             return self.output
-        return f"{self.output}\n\nWhat your code printed while this case ran (cut):\n{self.printed}"
+        return f"{self.output}\n\n{PRINTED_KEPT}"
 
     @property
     def score(self) -> float:
         return self.max_score if self.passed else 0.0
+
+
+PRINTED_KEPT = (
+    "What the code printed while this hidden case ran is kept from every file: it could hold the hidden inputs."
+)
 
 
 @dataclass

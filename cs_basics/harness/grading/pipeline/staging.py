@@ -4,6 +4,7 @@ code, the grader's tooling and the course's test modules laid over it (copied, o
 
 from __future__ import annotations
 
+import ast
 import functools
 import os
 import py_compile
@@ -95,8 +96,47 @@ def copy_overlaid(assignment: Assignment, folder: Path, hidden: bool = True) -> 
         copy_regular(source, target)
     for module in [*case_modules(assignment, hidden), assignment.adapters_module]:
         package = module_package(assignment, module)
-        for source in package.rglob("*.py"):  # code only: never a fixture
+        if assignment.hidden_dir is not None and package == assignment.hidden_dir:
+            sources = hidden_case_sources(package, assignment.root / (module.replace(".", "/") + ".py"))
+        else:
+            sources = list(package.rglob("*.py"))  # code only: never a fixture
+        for source in sources:
             copy_trusted(source, folder / source.relative_to(assignment.root))
+
+
+def hidden_case_sources(package: Path, cases: Path) -> list[Path]:
+    """The hidden package's files the hidden cases' module needs: itself, the package's `__init__.py` and the
+    modules of the package it imports, transitively. Nothing else of the staff's folder (their answers, the
+    oracles, the hidden tests' pytest files) enters a job: the submission's code runs beside what is staged."""
+    needed: set[Path] = set()
+    todo = [package / "__init__.py", cases]
+    while todo:
+        path = todo.pop()
+        if path in needed or not path.is_file():
+            continue
+        needed.add(path)
+        todo += imported_within(package, path)
+    return sorted(needed)
+
+
+def imported_within(package: Path, source: Path) -> list[Path]:
+    """The files of `package` that `source` imports (absolute `package.x` and relative imports alike)."""
+    found: list[Path] = []
+    for node in ast.walk(ast.parse(source.read_bytes(), str(source))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: from the package itself (the hidden package is one folder)
+                base = f"{package.name}.{base}".rstrip(".")
+            names = [base, *(f"{base}.{alias.name}" for alias in node.names)]
+        else:
+            continue
+        for name in names:
+            parts = name.split(".")
+            if parts[0] == package.name and len(parts) > 1:
+                found += [package.joinpath(*parts[1:]).with_suffix(".py"), package.joinpath(*parts[1:], "__init__.py")]
+    return found
 
 
 @dataclass

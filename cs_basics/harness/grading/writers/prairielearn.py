@@ -19,7 +19,13 @@ from cs_basics.harness.cases import Case
 from cs_basics.harness.config import Assignment, ConfigError
 from cs_basics.harness.grading.pipeline.grade import Grade
 from cs_basics.harness.grading.pipeline.runs import stopped_for_time
-from cs_basics.harness.grading.writers.results import cut_to_bytes, printed_section, sentences, test_name
+from cs_basics.harness.grading.writers.results import (
+    cut_to_bytes,
+    hidden_verdict,
+    printed_section,
+    sentences,
+    test_name,
+)
 from cs_basics.harness.rule.fromscratch import HELD
 
 RESULTS_LIMIT = 1 << 20  # bytes: PrairieLearn's grader host refuses a larger results.json
@@ -66,16 +72,6 @@ def _tests(rows: list[tuple[Case, float, float, bool, str]], summary: str) -> li
             }
         )
     return tests
-
-
-def hidden_verdict(passed: bool, message: str) -> str:
-    """A hidden case's entry: passed or failed, and why where the grader stopped it for time (no hidden data)."""
-    if passed:
-        return "hidden case: passed"
-    stopped = stopped_for_time(message)
-    if stopped is None:
-        return "hidden case: failed"
-    return f"hidden case: {stopped}" if stopped.startswith("not run") else f"hidden case: failed: {stopped}"
 
 
 def over_time_note(stopped: list[str]) -> str:

@@ -3,8 +3,10 @@
 The format is Gradescope's autograder specification: top-level `score`, `execution_time`,
 `output`, `visibility`, `stdout_visibility` and `tests`, each test with `name`, `score`,
 `max_score`, `status`, `output`, `visibility` and `tags`. Only what the code printed before the
-first hidden case's inputs existed reaches the top-level `output`; what a hidden case printed or
-raised is in its own entry, whose visibility is the course's `hidden_visibility`.
+first hidden case's inputs existed reaches the top-level `output`. A hidden case's entry (its visibility the
+course's `hidden_visibility`: students see it once grades are published) says passed or failed, or that time ran
+out, as on every platform; what it compared, raised or printed reaches no student: its message is kept in
+`extra_data` (Gradescope shows that to nobody), and what the code printed while it ran is in no file.
 
 Text from a submission (what it printed, its exception messages, its file and folder names) passes
 through `printable` (cs_basics/harness/text.py) as it enters the grade, and again as each file is written
@@ -26,6 +28,7 @@ from rich.table import Table
 from cs_basics.harness import diagnosis
 from cs_basics.harness.config import HIDDEN_VISIBILITIES, Assignment, ConfigError
 from cs_basics.harness.grading.pipeline.grade import Grade
+from cs_basics.harness.grading.pipeline.runs import stopped_for_time
 from cs_basics.harness.text import json_text, printable, safe_terminal
 
 OUTPUT_LIMIT = 8000  # characters of output per test
@@ -45,6 +48,17 @@ def test_entry(case, score: float, max_score: float, passed: bool, output: str, 
         "visibility": hidden_visibility if case.hidden else "visible",
         "tags": [case.problem],
     }
+
+
+def hidden_verdict(passed: bool, message: str) -> str:
+    """A hidden case's entry on every platform: passed or failed, and why where the grader stopped it for time
+    (no hidden data)."""
+    if passed:
+        return "hidden case: passed"
+    stopped = stopped_for_time(message)
+    if stopped is None:
+        return "hidden case: failed"
+    return f"hidden case: {stopped}" if stopped.startswith("not run") else f"hidden case: failed: {stopped}"
 
 
 def results_file(score: float, execution_time: float, output: str, tests: list[dict]) -> dict:
@@ -74,11 +88,26 @@ def not_gradable_why(errors: list[str]) -> str:
 
 def results_json(grade: Grade) -> dict:
     hidden = grade.hidden_visibility
-    tests = [test_entry(t.case, t.score, t.max_score, t.passed, t.message, hidden) for t in grade.tests]
+    tests = [
+        test_entry(
+            t.case,
+            t.score,
+            t.max_score,
+            t.passed,
+            hidden_verdict(t.passed, t.message) if t.case.hidden else t.message,
+            hidden,
+        )
+        for t in grade.tests
+    ]
     output = "\n".join([*sentences(grade.notes), printed_section(grade.output)]).strip()
     data = results_file(grade.score, grade.execution_time, output, tests)
     if grade.sandbox:  # Gradescope keeps `extra_data` and shows it to nobody
         data["extra_data"] = {"cs_basics": {"sandbox": grade.sandbox}}
+    # a hidden case's entry, which students see once grades are published, says passed or failed (or that time ran
+    # out); its message (the values it compared, what the code raised) is the staff's, kept where only they read it
+    kept = {test_name(t.case): t.message[:OUTPUT_LIMIT] for t in grade.tests if t.case.hidden and not t.passed}
+    if kept:
+        data.setdefault("extra_data", {}).setdefault("cs_basics", {})["hidden_messages"] = kept
     if grade.held:  # problems the staff must read (`--release PROBLEM` once they have)
         data.setdefault("extra_data", {}).setdefault("cs_basics", {})["held"] = list(grade.held)
     return data
