@@ -443,3 +443,33 @@ def test_no_zombie_is_left_under_a_containers_init_after_a_batch(tmp_path):
     assert zombies == [], f"zombies left under the container's init: {zombies}"
     for graded in found.values():
         assert graded["left"] == [] and graded["scores"] == pytest.approx(FULL), list(graded["outputs"].values())[:2]
+
+
+REAPS_AT_ITS_END = """
+import os, subprocess, sys, time
+from cs_basics.harness.grading.sandbox.litter import become_subreaper, own_children, reap_children
+
+assert become_subreaper()
+# a child that leaves an orphan behind, which ends a moment later (bubblewrap's inner process, dying with its parent)
+subprocess.run(["sh", "-c", "(sleep 0.3; exit 0) & exit 0"], check=True)
+adopted = own_children()
+if sys.argv[1] == "reap":
+    print("reaped", reap_children(), "left", own_children())
+else:
+    time.sleep(1)
+    states = [open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] for pid in own_children()]
+    print("adopted", len(adopted), "states", states)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a child subreaper is Linux's")
+def test_the_grader_reaps_what_it_adopted_before_it_exits():
+    """What the grader adopted and what is still ending when its workers close is reaped at its end: a process that
+    exits with zombie children hands them to a container's init that may never reap them (the platform lab saw
+    two left by bubblewrap in a user namespace, in PrairieLearn's container)."""
+    left = subprocess.run([sys.executable, "-c", REAPS_AT_ITS_END, "keep"], capture_output=True, text=True, timeout=60)
+    assert left.stdout.split() == ["adopted", "1", "states", "['Z']"], left.stdout + left.stderr  # the test can fail
+    reaped = subprocess.run(
+        [sys.executable, "-c", REAPS_AT_ITS_END, "reap"], capture_output=True, text=True, timeout=60
+    )
+    assert reaped.stdout.split() == ["reaped", "1", "left", "[]"], reaped.stdout + reaped.stderr

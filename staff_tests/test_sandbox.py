@@ -955,3 +955,22 @@ def test_a_grader_with_no_uid_to_kill_by_leaves_nothing_running_through_the_serv
                 os.kill(pid, signal.SIGKILL)
     assert scores(result) == pytest.approx(FULL)
     assert not left, f"the daemon {pid} was still running when grading returned"
+
+
+# ---------------------------------------------------------------- an environment reached through a link
+
+
+@needs_bubblewrap
+def test_a_venv_reached_through_a_link_grades_in_bubblewrap(tmp_path):
+    """A CI runner restores the checkout's `.venv` as a link to its cache (the platform lab's GitHub Actions job): the
+    sandbox binds the environment where the link leads, and the server is started from there, not through a path
+    the sandbox does not have (bwrap: execvp ...: No such file or directory, and 0 points after 120 s)."""
+    venv = tmp_path / "checkout" / ".venv"
+    venv.parent.mkdir()
+    venv.symlink_to(Path(sys.prefix).resolve(), target_is_directory=True)
+    python = venv / "bin" / Path(sys.executable).name
+    results = tmp_path / "results.json"
+    command = [str(python), "-m", "cs_basics.cli", "grade", "--quiet", "--sandbox", "bubblewrap"]
+    done = subprocess.run([*command, "--results", str(results)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(results.read_text())["score"] == pytest.approx(6.0)

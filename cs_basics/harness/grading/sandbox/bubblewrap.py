@@ -166,6 +166,15 @@ def python_paths() -> list[str]:
     return sorted({os.path.realpath(p) for p in (sys.base_prefix, sys.prefix, sys.exec_prefix)})
 
 
+def interpreter() -> str:
+    """This Python as a path the sandbox has: its venv's folder resolved, as `python_paths` binds it (a `.venv`
+    that is a link to a cache elsewhere, as a CI runner restores one, is bound where it leads, not where it is
+    named), the file itself not (a venv's `python` is a link to the base interpreter; started through the link
+    it finds its `pyvenv.cfg`)."""
+    folder, name = os.path.split(sys.executable)
+    return os.path.join(os.path.realpath(folder), name)
+
+
 def bubblewrap_view(writable: list[str], tmp_mb: int = 1, own_proc: bool = True) -> list[str]:
     """The filesystem the server sees: the system's programs and libraries, the Python environment
     (read-only), fresh /proc (else the container's: `own_proc`), /dev and temporary folders (each of at most

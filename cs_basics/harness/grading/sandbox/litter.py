@@ -145,3 +145,24 @@ def reap_orphans(uid: int) -> int:
             if parent == me and state == "Z" and entry.stat().st_uid == uid:
                 reaped += os.waitpid(int(entry.name), os.WNOHANG)[0] != 0
     return reaped
+
+
+def reap_children(seconds: float = 3.0) -> int:
+    """Reap every child this process has left, at its end (its own and the orphans it adopted as a subreaper),
+    waiting up to `seconds` for those still ending; how many. A process that exits with zombie children hands
+    them to the next subreaper up, a container's init that may never reap them. Not where `os.waitpid` cannot
+    wait for any child (Windows)."""
+    if not hasattr(os, "WNOHANG"):
+        return 0
+    reaped, deadline = 0, time.monotonic() + seconds
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:  # no child left
+            return reaped
+        if pid:
+            reaped += 1
+        elif time.monotonic() >= deadline:
+            return reaped
+        else:
+            time.sleep(0.02)

@@ -10,7 +10,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 from pathlib import Path
 
 from cs_basics.harness.grading.sandbox.bubblewrap import (
@@ -18,6 +17,7 @@ from cs_basics.harness.grading.sandbox.bubblewrap import (
     bubblewrap_command,
     bubblewrap_runs,
     bubblewrap_view,
+    interpreter,
 )
 from cs_basics.harness.grading.sandbox.limits import Limits
 from cs_basics.harness.grading.sandbox.stopping import StaffError
@@ -45,7 +45,7 @@ class Server:
         self.sandbox, self.root, self.limits = sandbox, root, limits
         tool = install_tool(root)
         self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        command = [sys.executable, "-I", "-X", "utf8", str(tool / "zygote.py"), str(theirs.fileno())]
+        command = [interpreter(), "-I", "-X", "utf8", str(tool / "zygote.py"), str(theirs.fileno())]
         passed = (theirs.fileno(),) if cgroup_procs is None else (theirs.fileno(), cgroup_procs)
         command += [] if cgroup_procs is None else [str(cgroup_procs)]
         with self.sandboxed(command) as sandboxed:
