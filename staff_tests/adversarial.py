@@ -85,10 +85,12 @@ def judge(folder: Path, results: dict, cases: dict[str, object], points: dict[st
     """One solution's results.json against its expected.toml. `cases`: test name -> case."""
     expected, j = load(folder), Judgement(folder.name)
     tests = [(cases[t["name"]], t) for t in results.get("tests", []) if t["name"] in cases]
+    # a hidden case's entry says passed or failed only; its message, as the staff read it, is in extra_data
+    kept = results.get("extra_data", {}).get("cs_basics", {}).get("hidden_messages", {})
     for problem, full in points.items():
         mine = [(c, t) for c, t in tests if c.problem == problem]
         score = sum(t["score"] for _, t in mine)
-        failed = {c.id: t["output"] for c, t in mine if t["score"] < t["max_score"] - 1e-9}
+        failed = {c.id: kept.get(t["name"], t["output"]) for c, t in mine if t["score"] < t["max_score"] - 1e-9}
         j.problems += 1
         right = deserved(expected["points"][problem], score, full)
         fails = expected.get("fails", {}).get(problem)

@@ -26,7 +26,7 @@ import pytest
 from cs_basics.harness.grading.sandbox.bubblewrap import bubblewrap_runs
 
 from .adversarial import STOPPED, STUDENTS, load
-from .submissions import ROOT
+from .submissions import ROOT, said
 from .test_memory_limits import CONTAINER_MB, memory_cgroup, with_rmdir
 
 needs_bubblewrap = pytest.mark.skipif(not bubblewrap_runs(), reason="bubblewrap does not run here: only the fallback")
@@ -58,7 +58,7 @@ def test_a_submission_never_makes_the_grader_exit_2_nor_speak_as_the_staff(
     assert done.returncode in (0, 1), (done.returncode, done.stderr[-2000:])
     assert forged not in done.stderr, done.stderr[-2000:]
     data = json.loads(results.read_text())
-    texts = [data.get("output", ""), *(t["output"] for t in data["tests"])]
+    texts = [data.get("output", ""), *(said(data, t) for t in data["tests"])]
     assert not [text for text in texts if STOPPED in text and forged in text]
     assert points(results) == {"softmax": 0.0, "scaled_dot_product_attention": 0.0}
 

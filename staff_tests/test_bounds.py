@@ -25,7 +25,7 @@ from cs_basics.harness.grading.sandbox.bubblewrap import bubblewrap_runs
 from cs_basics.harness.grading.sandbox.limits import Limits
 from cs_basics.harness.grading.sandbox.worker import Worker
 
-from .submissions import FUNCTIONAL, ROOT, submission, wrap_attention
+from .submissions import FUNCTIONAL, ROOT, said, submission, wrap_attention
 
 needs_bubblewrap = pytest.mark.skipif(not bubblewrap_runs(), reason="bubblewrap does not run here: only the fallback")
 SANDBOXES = [pytest.param("bubblewrap", marks=needs_bubblewrap), "fallback"]
@@ -151,7 +151,7 @@ def test_a_300_mb_exception_in_attention_leaves_softmax_its_points(assignment, w
     assert status == 0 and by_problem(data) == pytest.approx({"softmax": 1.0, "scaled_dot_product_attention": 0.0})
     hidden_softmax = [t for t in data["tests"] if t["tags"] == ["softmax"] and t["visibility"] != "visible"]
     assert hidden_softmax and all(t["status"] == "passed" for t in hidden_softmax)
-    attention = [t["output"] for t in data["tests"] if t["tags"] == ["scaled_dot_product_attention"]]
+    attention = [said(data, t) for t in data["tests"] if t["tags"] == ["scaled_dot_product_attention"]]
     assert all("your code raised ValueError: xxx" in m and "characters cut" in m for m in attention), attention[0]
     assert all(len(m) < 20_000 for m in attention)
 
@@ -175,7 +175,7 @@ def test_a_line_the_harness_never_writes_costs_its_problem_alone(assignment, wor
     folder = submission(tmp_path, wrap_attention(lose_report))
     status, data, _ = graded(assignment, worker, folder, tmp_path / "results.json")
     assert status == 0 and by_problem(data) == pytest.approx({"softmax": 1.0, "scaled_dot_product_attention": 0.0})
-    attention = [t["output"] for t in data["tests"] if t["tags"] == ["scaled_dot_product_attention"]]
+    attention = [said(data, t) for t in data["tests"] if t["tags"] == ["scaled_dot_product_attention"]]
     assert any("a line over 64 KiB" in out for out in attention), attention[0]
 
 
