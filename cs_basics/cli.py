@@ -69,17 +69,12 @@ def grade_settings(args: argparse.Namespace) -> GradeSettings:
 
 def cmd_grade(args: argparse.Namespace) -> int:
     # without torch: the grading server starts first and imports torch while this process imports it too
-    from cs_basics.harness.grading.sandbox.litter import reap_children
     from cs_basics.harness.grading.sandbox.stopping import stopping_on_signals
     from cs_basics.harness.grading.sandbox.worker import started_worker
 
     settings = grade_settings(args)
     with stopping_on_signals(), started_worker(settings.sandbox, settings.limits()) as worker:
-        status = grade_with(args, settings, worker)
-    # what the grader adopted as subreaper and what ends after its workers closed (bubblewrap's own processes
-    # in a user namespace die with their parent, after it): reaped here, not left to a container's init
-    reap_children()
-    return status
+        return grade_with(args, settings, worker)
 
 
 def grade_with(args: argparse.Namespace, settings: GradeSettings, worker: Worker | None) -> int:
@@ -570,6 +565,12 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     status = args.func(args)
     if argv is None and args.func is cmd_grade:  # the command itself, not a caller's import
+        from cs_basics.harness.grading.sandbox.litter import reap_children
+
+        # what the grader adopted as subreaper and what ends after its workers closed (bubblewrap's own processes
+        # in a user namespace die with their parent, after it): reaped as it exits, not left to a container's
+        # init; only here, where the process ends (a caller's process keeps children of its own)
+        reap_children()
         exit_now(status)
     return status
 
