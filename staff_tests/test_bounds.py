@@ -78,12 +78,12 @@ HOSTILE = {  # what is appended to a right functional.py, and what every test's 
 
 @pytest.mark.parametrize("kind", HOSTILE)
 def test_a_source_file_too_large_too_deep_or_unparsable_ends_in_a_verdict(assignment, worker, tmp_path, kind):
-    tail, said = HOSTILE[kind]
+    tail, verdict = HOSTILE[kind]
     folder = submission(tmp_path)
     write_functional(folder, tail)
     status, data, growth = graded(assignment, worker, folder, tmp_path / "results.json")
     assert status == 0 and data["score"] == 0
-    assert all(said in test["output"] for test in data["tests"]), data["tests"][0]["output"][:2000]
+    assert all(verdict in said(data, test) for test in data["tests"]), data["tests"][0]["output"][:2000]
     assert growth < MEMORY_GROWTH, f"the grading process's peak memory rose by {growth >> 20} MiB"
 
 
