@@ -63,7 +63,7 @@ def test_the_spy_reads_nothing_of_the_checkout_under_root(job):
     """The spy walks every folder it may and prints each file it finds that a student must not read ("LOOT
     path ..."); here the checkout (the reference solution, `hidden/` and its expected values) lies under /root,
     beside the .venv the job imports from: it reads no file there, and no line of the solution reaches its grade.
-    (Its hidden phase reads the hidden cases' code staged in its own job folder, by design, into hidden entries.)"""
+    What it prints while the hidden cases run is in no file; its public phase's walk is."""
     _kind, done = job
     assert text(done, "spy.status").strip() == "0", text(done, "spy.log")[-4000:]
     seen = text(done, "spy.log") + json.loads(done.files["spy.json"])["output"]
