@@ -428,7 +428,12 @@ def test_kubernetes_grades_every_submission_in_the_recipes_pod(kubernetes_job):
 
 # ---------------------------------------------------------------- what the fallback confines (issue 41)
 
-CONFINEMENT_SAID = ("no network: sockets other than Unix ones refused (seccomp)", "no System V IPC (seccomp)")
+# each what confined the job, in either of the words the grader has for it: bubblewrap in a user namespace of its
+# own (issue 42) gives the job a network namespace; the fallback refuses sockets by seccomp
+CONFINEMENT_SAID = (
+    ("no network: sockets other than Unix ones refused (seccomp)", "with its own namespaces (no network"),
+    ("no System V IPC (seccomp)",),
+)
 MEMORY_SAID = ("in a memory cgroup of its own", "counting all of the job's memory (a memory cgroup of its own) needs")
 
 
@@ -448,7 +453,7 @@ def confinement_held(tests: list[dict], text: str) -> None:
     assert mapped and all(score[n] == 0 and any(w in said[n] for w in lost) for n in mapped), [said[n] for n in mapped]
     assert all(score[n] == most[n] for n in public if n not in mapped), [said[n] for n in public if n not in mapped]
     said_all = text.lower()  # a note read as a sentence starts with a capital
-    assert all(note.lower() in said_all for note in CONFINEMENT_SAID), text[:3000]
+    assert all(any(note.lower() in said_all for note in notes) for notes in CONFINEMENT_SAID), text[:3000]
     assert any(note.lower() in said_all for note in MEMORY_SAID), text[:3000]
 
 
