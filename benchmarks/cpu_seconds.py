@@ -31,6 +31,16 @@ def _usage(group: Path) -> float:
     return int((group / "cpuacct.usage").read_text()) / 1e9
 
 
+def remove_cgroup(group: Path) -> None:
+    """Remove a cgroup made for a measure, once the last processes counted in it have left (they may take a moment)."""
+    for _ in range(100):
+        try:
+            group.rmdir()
+            return
+        except OSError:
+            time.sleep(0.05)
+
+
 def run(command: list[str], **kwargs) -> tuple[subprocess.CompletedProcess, float, float, str]:
     """subprocess.run(command), and (it, wall seconds, CPU seconds, how the CPU was counted)."""
     root = _cgroup_root()
@@ -47,11 +57,6 @@ def run(command: list[str], **kwargs) -> tuple[subprocess.CompletedProcess, floa
             return done, wall, _usage(group), "cgroup"
     finally:
         if group is not None:
-            for _ in range(100):  # the last processes of the command may take a moment to leave it
-                try:
-                    group.rmdir()
-                    break
-                except OSError:
-                    time.sleep(0.05)
+            remove_cgroup(group)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return done, wall, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, "reaped children only"

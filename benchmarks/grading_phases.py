@@ -228,12 +228,7 @@ def counted_cpu() -> Iterator[Callable[[], tuple[float, float]]]:
     finally:
         if group is not None:
             (root / was.lstrip("/") / "cgroup.procs").write_text(str(os.getpid()))
-            for _ in range(100):  # the last processes of the grading may take a moment to leave it
-                try:
-                    group.rmdir()
-                    break
-                except OSError:
-                    time.sleep(0.05)
+            cpu_seconds.remove_cgroup(group)
 
 
 def a_batch(args: argparse.Namespace) -> None:
