@@ -114,8 +114,11 @@ def outcomes(stdout: str) -> dict[str, str]:
 
 
 def named_in_pytest(stdout: str) -> dict[str, set[str]]:
-    """test[param] -> the known mistakes its failure names, from pytest's report (one section a failing test)."""
-    sections = re.split(r"\n_{3,} (\w+\[[^\]]+\]) _{3,}\n", stdout)
+    """test[param] -> the known mistakes its failure names, from pytest's report (one section a failing test).
+    The report ends at the next `=== ... ===` heading: on CI (`CI` set) pytest's short summary below it prints every
+    failure's message untrimmed, which the last section would otherwise take as its own."""
+    report = re.split(r"\n=+ [^\n]* =+\n", stdout.partition("= FAILURES =")[2])[0]
+    sections = re.split(r"\n_{3,} (\w+\[[^\]]+\]) _{3,}\n", report)
     return {
         name: set(re.findall(r"\(known mistake: (\w+)\)", body))
         for name, body in zip(sections[1::2], sections[2::2], strict=True)
@@ -206,6 +209,7 @@ def test_each_mistake_is_named_alike_by_pytest_and_behind_the_prairielearn_quest
     passed = {name for name, outcome in got.items() if outcome == "PASSED"}  # over the max, clipping always is right
     assert len(got) == 10 and passed == {"test_gradient_clipping[over_the_max]"}, tested.stdout[-4000:]
     in_pytest = named_in_pytest(tested.stdout)
+    assert set(in_pytest) == set(got) - passed, tested.stdout[-4000:]  # a section for each failure
     expected = {problem: mistake for problem, (*_, mistake) in MISTAKES.items()}
     for name, mistakes in in_pytest.items():
         problem = next(p for p in MISTAKES if name.startswith(f"test_{p}") or (p == "adamw" and "adamw" in name))
