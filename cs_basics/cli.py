@@ -563,10 +563,16 @@ def main(argv: list[str] | None = None) -> int:
 
     safe_terminal()  # every command: a name or message the terminal cannot encode prints as an escape, not a crash
     args = build_parser().parse_args(argv)
-    status = args.func(args)
-    if argv is None and args.func is cmd_grade:  # the command itself, not a caller's import
-        from cs_basics.harness.grading.sandbox.litter import reap_children
+    grading = argv is None and args.func is cmd_grade  # the command itself, not a caller's import
+    if grading:
+        from cs_basics.harness.grading.sandbox.litter import become_subreaper, reap_children
 
+        # the orphans of all the grader starts come to it, from its first process on: the probe of bubblewrap
+        # leaves its PID namespace's init an orphan (bwrap's outer process ends first), which would otherwise
+        # go to a container's init that never reaps it
+        become_subreaper()
+    status = args.func(args)
+    if grading:
         # what the grader adopted as subreaper and what ends after its workers closed (bubblewrap's own processes
         # in a user namespace die with their parent, after it): reaped as it exits, not left to a container's
         # init; only here, where the process ends (a caller's process keeps children of its own)

@@ -469,18 +469,10 @@ def test_prairielearns_container_confines_the_job(prairielearn_confined):
     zombies_left(watch)
 
 
-ZOMBIE_LEFT = (
-    "issue 41: with bubblewrap in a user namespace (root may not make namespaces in the platform's container), one "
-    "process the grader started early (pid {pids}) is still left a zombie under the container's init; the grader "
-    "now reaps what it adopted as it exits (2 and 3 zombies before), and this one waits for its cause"
-)
-
-
 def zombies_left(watch: dict) -> None:
-    """No zombie under the container's init, or the known one said as an expected failure (after every other check
-    of the test has passed): the test passes the day none is left."""
-    if watch["zombies"]:
-        pytest.xfail(ZOMBIE_LEFT.format(pids=watch["zombies"]))
+    """No zombie under the container's init: the grader adopts all it starts from its first process on (bubblewrap's
+    probe leaves its PID namespace's init an orphan) and reaps it as it exits."""
+    assert watch["zombies"] == [], f"zombies left under the container's init: {watch['zombies']}"
 
 
 @lab_group("kubernetes")

@@ -978,3 +978,39 @@ def test_a_venv_reached_through_a_link_grades_in_bubblewrap(tmp_path):
     done = subprocess.run([*command, "--results", str(results)], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads(results.read_text())["score"] == pytest.approx(6.0)
+
+
+# ---------------------------------------------------------------- nothing left to a container's init
+
+UNDER_AN_INIT_THAT_NEVER_REAPS = """
+import ctypes, os, subprocess, sys
+
+ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # a child subreaper, as a container's init is to all it holds
+status = subprocess.run(sys.argv[1:]).returncode  # waits for its one child alone, as such an init does
+zombies = []
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+        stat = open(f"/proc/{pid}/stat").read()
+    except OSError:
+        continue
+    state, parent = stat[stat.rindex(")") + 2 :].split()[:2]
+    if state == "Z" and parent == str(os.getpid()):
+        zombies.append(stat[: stat.rindex(")") + 1])
+print("status", status, "zombies", zombies)
+"""
+
+
+@needs_bubblewrap
+def test_the_grade_command_leaves_no_zombie_to_a_containers_init(tmp_path):
+    """Under an init that adopts orphans and never reaps them (PrairieLearn's and Kubernetes' containers, the
+    platform lab's watch), `cs-basics grade` leaves no zombie: the probe of bubblewrap, before any worker, leaves
+    its PID namespace's init an orphan, which the grader adopts as it starts and reaps."""
+    command = [sys.executable, "-m", "cs_basics.cli", "grade", "--quiet", "--results", str(tmp_path / "results.json")]
+    done = subprocess.run(
+        [sys.executable, "-c", UNDER_AN_INIT_THAT_NEVER_REAPS, *command],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.stdout.splitlines()[-1:] == ["status 0 zombies []"], done.stdout[-2000:] + done.stderr[-3000:]
