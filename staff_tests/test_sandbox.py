@@ -33,6 +33,7 @@ import torch
 
 import cs_basics.harness.grading.sandbox.bubblewrap as bubblewrap
 import cs_basics.harness.grading.sandbox.leases as leases
+import cs_basics.harness.grading.sandbox.server as server
 from cs_basics.harness import portable
 from cs_basics.harness.grading.pipeline.grade import GradingError, grade
 from cs_basics.harness.grading.sandbox.bubblewrap import bubblewrap_runs
@@ -1014,3 +1015,15 @@ def test_the_grade_command_leaves_no_zombie_to_a_containers_init(tmp_path):
         timeout=600,
     )
     assert done.stdout.splitlines()[-1:] == ["status 0 zombies []"], done.stdout[-2000:] + done.stderr[-3000:]
+
+
+@needs_bubblewrap
+def test_a_server_that_cannot_start_says_it_ended_not_that_time_ran_out(tmp_path, monkeypatch, capfd):
+    """bwrap that cannot run the server's Python (a link the sandbox lacks) ends at once: the staff read that it ended
+    and bwrap's own words, not that it "did not start in 120 s"."""
+    monkeypatch.setattr(server, "interpreter", lambda: str(tmp_path / "no-such-python"))
+    tmp_path.chmod(0o711)
+    started = server.Server("bubblewrap", tmp_path, Limits())
+    with pytest.raises(StaffError, match=r"ended as it started \(status 1; its own error is printed above\)"):
+        started.ready()
+    assert "no-such-python" in capfd.readouterr().err

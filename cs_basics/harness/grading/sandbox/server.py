@@ -67,10 +67,13 @@ class Server:
         if self.namespaces is None:
             ready = self.receive(self.limits.import_seconds)
             if not ready or not ready.get("ready"):
+                said = f"did not start in {self.limits.import_seconds:.0f} s"
+                if ready is not None:  # it ended before it was ready: what it (or bwrap) printed is on stderr
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        self.process.wait(timeout=5)
+                    said = f"ended as it started (status {self.process.returncode}; its own error is printed above)"
                 self.close()
-                raise StaffError(
-                    f"the grading server did not start in {self.limits.import_seconds:.0f} s ({self.sandbox})"
-                )
+                raise StaffError(f"the grading server {said} ({self.sandbox})")
             self.namespaces = bool(ready.get("namespaces"))
             self.own_proc = bool(ready.get("own_proc", True))
             self.landlock = int(ready.get("landlock") or 0)
