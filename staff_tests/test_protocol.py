@@ -142,6 +142,17 @@ def test_lines_that_are_not_json_objects_are_garbled_not_dropped():
     assert [type(g).__name__ for g in got] == ["Garbled", "Garbled", "Garbled", "dict"]
 
 
+@pytest.mark.parametrize("reads", [1, 2, 7], ids=["in-one-read", "in-two-reads", "in-seven-reads"])
+def test_a_line_too_long_is_said_to_be_too_long_however_it_was_read(reads):
+    """The grader reads the channel as the kernel hands it over: a 100 KiB line whose end comes in the same read as
+    the bytes that make it too long (a loaded machine's larger reads) is said to be over 64 KiB, as one read
+    piece by piece is, not "not JSON"."""
+    data = b"x" * (100 << 10) + b'\n{"event": "ready"}\n'
+    lines, size = Lines(1 << 16, 1 << 20), -(-len(data) // reads)
+    got = [g for start in range(0, len(data), size) for g in lines.feed(data[start : start + size])]
+    assert got == [Garbled("a line over 64 KiB"), {"event": "ready"}]
+
+
 def test_the_channel_numbers_every_line_whatever_thread_writes_it():
     def many(channel: Channel) -> None:
         import threading

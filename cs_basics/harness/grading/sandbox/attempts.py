@@ -68,7 +68,7 @@ class Lines:
         self.buffer += data
         while b"\n" in self.buffer:
             line, self.buffer = self.buffer.split(b"\n", 1)
-            if self.skipping:
+            if self.skipping or len(line) > self.longest:  # its end may come in the read that makes it too long
                 self.skipping = False
                 yield Garbled(f"a line over {self.longest >> 10} KiB")
                 continue
