@@ -426,3 +426,57 @@ def test_shared_memory_past_the_limit_loses_its_case_in_either_sandbox(tmp_path:
     assert all(t.passed for t in result.tests if t not in mapped), [t.output for t in result.tests if not t.passed]
     said = " ".join(result.notes)
     assert ("in a memory cgroup of its own" in said) == cgroup, said
+
+
+# ---------------------------------------------------------------- the job cgroups of graders side by side
+
+MAKE_AND_LEAVE = """
+import os, sys
+from cs_basics.harness.grading.sandbox.jobcgroup import make_job_cgroup
+made = make_job_cgroup(256)
+print(made.folder if not isinstance(made, str) else "REFUSED " + made, flush=True)
+if sys.argv[1] == "dies":
+    os._exit(0)  # as a grader killed before its cleanup: the folder stays
+made.remove()
+"""
+
+
+def make_job_cgroup_in(*prefix: str, ends: str) -> subprocess.CompletedProcess:
+    command = [*prefix, sys.executable, "-c", MAKE_AND_LEAVE, ends]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and not done.stdout.startswith("REFUSED"), (done.stdout, done.stderr[-2000:])
+    return done
+
+
+def test_a_job_cgroup_another_grader_holds_is_kept_whatever_pid_namespace_either_runs_in() -> None:
+    """A grader run in a PID namespace of its own (a container's, or `unshare --pid` as this suite runs some)
+    sees no /proc entry for a grader outside it: the pid in a job cgroup's name said its maker had died, and the
+    grader removed that live grader's empty cgroup just before its next job joined it (the job then fell back to
+    refusing shared memory). Whether a maker lives is the kernel's lock on the folder, not a pid looked up."""
+    if why := memory_cgroup_problem():
+        pytest.skip(why)
+    if subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", "true"], capture_output=True).returncode:
+        pytest.skip("`unshare --pid --fork --mount-proc` is refused here: no PID namespace of its own to run in")
+    from cs_basics.harness.grading.sandbox.jobcgroup import JobCgroup, make_job_cgroup
+
+    held = make_job_cgroup(256)
+    assert isinstance(held, JobCgroup), held
+    try:
+        make_job_cgroup_in("unshare", "--pid", "--fork", "--mount-proc", ends="removes")
+        assert held.folder.is_dir(), f"a grader in another PID namespace removed {held.folder}, which is in use"
+    finally:
+        held.remove()
+    assert not held.folder.exists()
+
+
+def test_a_job_cgroup_whose_grader_died_is_removed_by_the_next() -> None:
+    if why := memory_cgroup_problem():
+        pytest.skip(why)
+    from cs_basics.harness.grading.sandbox.jobcgroup import JobCgroup, make_job_cgroup
+
+    left = Path(make_job_cgroup_in(ends="dies").stdout.strip())
+    assert left.is_dir(), f"the dead grader's {left} should be there until the next grader starts"
+    following = make_job_cgroup(256)
+    assert isinstance(following, JobCgroup), following
+    following.remove()
+    assert not left.exists(), f"{left}, left by a grader that died, was not removed by the next"

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import os
+import secrets
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +25,7 @@ from cs_basics.harness.cgroup import own_memory
 from cs_basics.harness.grading.sandbox.limits import RAN_OUT, Limits
 from cs_basics.harness.grading.sandbox.policy import SERVER_MB
 
-PREFIX = "cs-basics-jobs-"  # + the grader's pid + a count: a folder left by a grader that died is removed by the next
+PREFIX = "cs-basics-jobs-"  # + the grader's pid and a random part: unique across PID namespaces too
 
 
 def job_memory_mb(limits: Limits) -> int:
@@ -37,6 +39,7 @@ class JobCgroup:
     folder: Path
     version: int  # 1 or 2
     limit_mb: int
+    held: int  # the folder, opened and locked (flock) for as long as the grader uses it: what says it is in use
 
     def procs(self) -> int:
         """Its cgroup.procs, opened for writing (close-on-exec): what a job's child writes "0" to, to join."""
@@ -76,18 +79,18 @@ class JobCgroup:
         )
 
     def remove(self) -> None:
-        """Gone, once no process is left in it (the last may take a moment to leave)."""
-        for _ in range(50):
-            try:
-                self.folder.rmdir()
-                return
-            except FileNotFoundError:
-                return
-            except OSError:
-                time.sleep(0.02)
-
-
-COUNT = [0]
+        """Gone, once no process is left in it (the last may take a moment to leave); its lock released."""
+        try:
+            for _ in range(50):
+                try:
+                    self.folder.rmdir()
+                    return
+                except FileNotFoundError:
+                    return
+                except OSError:
+                    time.sleep(0.02)
+        finally:
+            os.close(self.held)
 
 
 def make_job_cgroup(limit_mb: int) -> JobCgroup | str:
@@ -98,13 +101,21 @@ def make_job_cgroup(limit_mb: int) -> JobCgroup | str:
     parent = memory.folder
     version = 1 if (parent / "memory.limit_in_bytes").exists() else 2
     remove_stale(parent)
-    COUNT[0] += 1
-    folder = parent / f"{PREFIX}{os.getpid()}-{COUNT[0]}"
-    try:
-        folder.mkdir()
-    except OSError as err:
-        return f"the grader may not make a cgroup in {parent} ({os.strerror(err.errno or errno.EACCES)})"
-    made = JobCgroup(folder, version, limit_mb)
+    for _ in range(3):  # a grader that removes stale folders may take this one between its mkdir and its lock
+        folder = parent / f"{PREFIX}{os.getpid()}-{secrets.token_hex(4)}"
+        try:
+            folder.mkdir()
+        except OSError as err:
+            return f"the grader may not make a cgroup in {parent} ({os.strerror(err.errno or errno.EACCES)})"
+        with contextlib.suppress(FileNotFoundError):
+            held = lock(folder)
+            if held is not None and same_file(held, folder):
+                break
+            if held is not None:
+                os.close(held)
+    else:
+        return f"the cgroups the grader made in {parent} were removed at once by another process"
+    made = JobCgroup(folder, version, limit_mb, held)
     try:
         settings(made)
     except OSError as err:
@@ -132,11 +143,36 @@ def settings(made: JobCgroup) -> None:
             (folder / name).write_text(value)
 
 
+def lock(folder: Path) -> int | None:
+    """The folder opened (close-on-exec) and locked with flock, or None where another process holds its lock. The
+    kernel releases the lock when the holder dies, in whatever PID namespace or container it ran; a pid in the
+    folder's name could only be looked up in the reader's own namespace, and another's live grader looked dead."""
+    held = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(held)
+        return None
+    return held
+
+
+def same_file(held: int, folder: Path) -> bool:
+    """Whether `folder` is still the one `held` is open on (not removed, nor made again, since)."""
+    try:
+        return os.stat(folder).st_ino == os.fstat(held).st_ino
+    except OSError:
+        return False
+
+
 def remove_stale(parent: Path) -> None:
-    """Job cgroups a grader that died left (empty: its jobs' processes died with it, or were killed by uid)."""
+    """Job cgroups a grader that died left: no process holds their lock, and they are empty (their jobs'
+    processes died with it, or were killed by uid; rmdir refuses a cgroup with a process in it)."""
     with contextlib.suppress(OSError):
         for folder in parent.glob(f"{PREFIX}*"):
-            pid = folder.name.removeprefix(PREFIX).split("-")[0]
-            if pid.isdigit() and int(pid) != os.getpid() and not Path(f"/proc/{pid}").exists():
-                with contextlib.suppress(OSError):
-                    folder.rmdir()
+            with contextlib.suppress(OSError):
+                held = lock(folder)
+                if held is not None:
+                    try:
+                        folder.rmdir()
+                    finally:
+                        os.close(held)
