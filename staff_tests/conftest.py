@@ -33,6 +33,10 @@ pytest_plugins = ["cs_basics.harness.pytest_plugin"]
 # compile all of torch again (8 of the suite's installs: 612 CPU-s with it, 372 without) and every `uv run` check
 # the environment's 8,600 files
 os.environ.pop("UV_COMPILE_BYTECODE", None)
+# the options of the staff's own run (`PYTEST_ADDOPTS="-rfEs" uv run pytest`) are not a student's: a pytest the
+# tests start in a student's folder reads that folder's settings only (a summary line per failure doubled the
+# lines a test counts)
+os.environ.pop("PYTEST_ADDOPTS", None)
 
 # twice the cores, at least 4: the graders, sandboxes and Slurm jobs the tests wait on do the work
 WORKERS = max(4, 2 * (os.cpu_count() or 1))

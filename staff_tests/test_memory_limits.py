@@ -479,4 +479,5 @@ def test_a_job_cgroup_whose_grader_died_is_removed_by_the_next() -> None:
     following = make_job_cgroup(256)
     assert isinstance(following, JobCgroup), following
     following.remove()
+    following.remove()  # nothing: a worker may be closed twice (its lock is closed once)
     assert not left.exists(), f"{left}, left by a grader that died, was not removed by the next"

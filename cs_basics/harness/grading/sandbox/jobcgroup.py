@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import os
 import secrets
 import time
@@ -79,7 +78,8 @@ class JobCgroup:
         )
 
     def remove(self) -> None:
-        """Gone, once no process is left in it (the last may take a moment to leave); its lock released."""
+        """Gone, once no process is left in it (the last may take a moment to leave); its lock released. Again
+        is nothing (a worker may be closed twice)."""
         try:
             for _ in range(50):
                 try:
@@ -90,7 +90,9 @@ class JobCgroup:
                 except OSError:
                     time.sleep(0.02)
         finally:
-            os.close(self.held)
+            if self.held >= 0:
+                os.close(self.held)
+                self.held = -1
 
 
 def make_job_cgroup(limit_mb: int) -> JobCgroup | str:
@@ -147,6 +149,8 @@ def lock(folder: Path) -> int | None:
     """The folder opened (close-on-exec) and locked with flock, or None where another process holds its lock. The
     kernel releases the lock when the holder dies, in whatever PID namespace or container it ran; a pid in the
     folder's name could only be looked up in the reader's own namespace, and another's live grader looked dead."""
+    import fcntl  # here: Windows has none, and imports this module (it makes no cgroup)
+
     held = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
