@@ -481,3 +481,26 @@ def test_a_job_cgroup_whose_grader_died_is_removed_by_the_next() -> None:
     following.remove()
     following.remove()  # nothing: a worker may be closed twice (its lock is closed once)
     assert not left.exists(), f"{left}, left by a grader that died, was not removed by the next"
+
+
+def test_a_job_cgroup_that_cannot_be_locked_is_not_made_and_says_why(monkeypatch) -> None:
+    """Where the folder takes no lock (an error other than "held"), nothing could tell it is in use: no cgroup,
+    the sentence says why (the job refuses what it would not count instead), and no empty folder is left."""
+    if why := memory_cgroup_problem():
+        pytest.skip(why)
+    import errno
+    import fcntl
+
+    from cs_basics.harness.cgroup import own_memory
+    from cs_basics.harness.grading.sandbox.jobcgroup import PREFIX, make_job_cgroup
+
+    def no_locks(fd: int, operation: int) -> None:
+        raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
+    ours = f"{PREFIX}{os.getpid()}-*"  # this process's folders (the suite's other graders make theirs meanwhile)
+    parent = own_memory().folder
+    before = set(parent.glob(ours))
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    made = make_job_cgroup(256)
+    assert isinstance(made, str) and "could not lock" in made and "No locks available" in made, made
+    assert set(parent.glob(ours)) <= before, "the folder that could not be locked was left"

@@ -109,12 +109,18 @@ def make_job_cgroup(limit_mb: int) -> JobCgroup | str:
             folder.mkdir()
         except OSError as err:
             return f"the grader may not make a cgroup in {parent} ({os.strerror(err.errno or errno.EACCES)})"
-        with contextlib.suppress(FileNotFoundError):
+        try:
             held = lock(folder)
-            if held is not None and same_file(held, folder):
-                break
-            if held is not None:
-                os.close(held)
+        except FileNotFoundError:
+            continue
+        except OSError as err:  # no lock to be had here: no cgroup either, as none could tell it is in use
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+            return f"the grader could not lock a cgroup it made in {parent} ({os.strerror(err.errno or 0)})"
+        if held is not None and same_file(held, folder):
+            break
+        if held is not None:
+            os.close(held)
     else:
         return f"the cgroups the grader made in {parent} were removed at once by another process"
     made = JobCgroup(folder, version, limit_mb, held)
@@ -146,7 +152,8 @@ def settings(made: JobCgroup) -> None:
 
 
 def lock(folder: Path) -> int | None:
-    """The folder opened (close-on-exec) and locked with flock, or None where another process holds its lock. The
+    """The folder opened (close-on-exec) and locked with flock, or None where another process holds its lock (any
+    other failure raises OSError). The
     kernel releases the lock when the holder dies, in whatever PID namespace or container it ran; a pid in the
     folder's name could only be looked up in the reader's own namespace, and another's live grader looked dead."""
     import fcntl  # here: Windows has none, and imports this module (it makes no cgroup)
@@ -154,9 +161,12 @@ def lock(folder: Path) -> int | None:
     held = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
+    except BlockingIOError:
         os.close(held)
         return None
+    except OSError:
+        os.close(held)
+        raise
     return held
 
 
