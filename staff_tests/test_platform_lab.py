@@ -211,6 +211,17 @@ def points(platform: str, job: platforms.Job) -> dict[str, float]:
     return {problem: round(value, 4) for problem, value in found.items()}
 
 
+def lost(platform: str, job: platforms.Job) -> str:
+    """Each test that got less than its points, with the message the platform shows: what a failure of the
+    reference's full marks must say (CI showed only the sums)."""
+    data = json.loads(job.files["results.json"].decode("utf-8"))
+    if platform == "prairielearn":
+        rows = [(t["name"], t["points"], t["max_points"], t.get("message", "")) for t in data["tests"]]
+    else:
+        rows = [(t["name"], t["score"], t["max_score"], t.get("output", "")) for t in data["tests"]]
+    return "\n".join(f"{name}: {got} of {full}: {said[:400]}" for name, got, full, said in rows if got < full)
+
+
 def problem_of(name: str) -> str:
     return "scaled_dot_product_attention" if "attention" in name else "softmax"
 
@@ -239,7 +250,8 @@ def test_the_containers_are_as_the_platforms_make_them(prairielearn_image, grade
 
 def test_the_reference_gets_full_marks(jobs):
     platform, done = jobs
-    assert points(platform, done["reference"]) == FULL
+    job = done["reference"]
+    assert points(platform, job) == FULL, f"the reference lost points:\n{lost(platform, job)}\n{job.log[-3000:]}"
 
 
 def test_the_spy_reads_nothing_it_must_not(jobs, request):
