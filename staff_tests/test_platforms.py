@@ -618,6 +618,23 @@ def test_a_submission_path_that_does_not_exist_is_the_staffs_error_and_nothing_i
     assert list(tmp_path.iterdir()) == []
 
 
+def failing(assignment, messages: dict[str, str]) -> Grade:
+    """A grade where the cases in `messages` failed with those messages, and every other case passed."""
+    return Grade(
+        [
+            CaseResult(c, assignment.points[c.id], c.id not in messages, messages.get(c.id, "passed"))
+            for c in assignment.cases
+        ],
+        1.0,
+    )
+
+
+def prairielearn_messages(grade: Grade, assignment) -> dict[str, str]:
+    """Each test's message in PrairieLearn's results, as its reader takes them."""
+    written = WRITERS["prairielearn"].write_grade(grade, assignment).encode()
+    return {t["name"]: t["message"] for t in prairielearn_reads(written)["tests"]}
+
+
 def test_a_case_stopped_for_time_says_so_on_every_platform(assignment):
     """A hidden case's entry says only passed or failed on PrairieLearn and in JUnit, but a case the grader stopped at
     its time limit (or left out after its problem's ran out of time) says so: the sentence is the grader's, and holds
@@ -629,15 +646,8 @@ def test_a_case_stopped_for_time_says_so_on_every_platform(assignment):
         stuck.id: f"not run: your function did not return on cases {over.id} and {over.id}",
         failed.id: f"{failed.id}: out: 3 of 12 elements differ",
     }
-    tests = [
-        CaseResult(c, assignment.points[c.id], c.id not in messages, messages.get(c.id, "passed"))
-        for c in assignment.cases
-    ]
-    grade = Grade(tests, 1.0)
-    shown = {
-        t["name"]: t["message"]
-        for t in prairielearn_reads(WRITERS["prairielearn"].write_grade(grade, assignment).encode())["tests"]
-    }
+    grade = failing(assignment, messages)
+    shown = prairielearn_messages(grade, assignment)
     assert shown[f"{over.test}[{over.param}]"] == "hidden case: failed: the case ran over its time limit of 20 s"
     assert (
         shown[f"{stuck.test}[{stuck.param}]"]
@@ -654,3 +664,28 @@ def test_a_case_stopped_for_time_says_so_on_every_platform(assignment):
     written = json.loads(WRITERS["gradescope"].write_grade(grade, assignment))["tests"]
     gradescope = {t["name"]: t["output"] for t in written}
     assert gradescope[f"{over.test}[{over.param}]"] == "hidden case: failed: the case ran over its time limit of 20 s"
+
+
+def test_hidden_cases_not_run_because_a_process_was_left_say_so_on_every_platform(assignment):
+    """Hidden cases the grader did not run because a process of the public phase could not be ended say so (the
+    sentence names a pid and a uid, no hidden data): "hidden case: failed" alone left CI's lab, and a student,
+    unable to tell why a correct submission lost every hidden case. A message that only looks like it stays hidden."""
+    from cs_basics.harness.grading.pipeline.runs import NO_HIDDEN_RUN
+
+    hidden = [c for c in assignment.cases if c.hidden]
+    refused = f"not run: a process of your code (pid 4242, uid 61999) could not be ended, {NO_HIDDEN_RUN}"
+    dying = f"not run: a process of your code (pid 4242, uid 61999, still ending 30 s after it was killed) could not be ended, {NO_HIDDEN_RUN}"  # noqa: E501
+    forged = f"your code raised ValueError: {refused}"
+    messages = {hidden[0].id: refused, hidden[1].id: dying, hidden[2].id: forged}
+    grade = failing(assignment, messages)
+    shown = prairielearn_messages(grade, assignment)
+    name = [f"{c.test}[{c.param}]" for c in hidden[:3]]
+    assert shown[name[0]] == f"hidden case: {refused}"
+    assert shown[name[1]] == f"hidden case: {dying}"
+    assert shown[name[2]] == "hidden case: failed"
+    gradescope = {
+        t["name"]: t["output"] for t in json.loads(WRITERS["gradescope"].write_grade(grade, assignment))["tests"]
+    }
+    assert gradescope[name[0]] == f"hidden case: {refused}" and gradescope[name[2]] == "hidden case: failed"
+    xml = WRITERS["junit"].write_grade(grade, assignment)
+    assert f'message="hidden case: {refused}"' in xml and "your code raised" not in xml

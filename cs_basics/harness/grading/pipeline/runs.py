@@ -136,6 +136,21 @@ STUCK = "not run: your function did not return on cases"  # a case left out afte
 OVER_TIME = re.compile(rf"the case ran over its time limit of [\d.e+]+ s|{STUCK} \S+(?: and \S+)*")
 
 
+NO_HIDDEN_RUN = "so no hidden case may run (no hidden input was written)"
+# the grader's sentence where a process of the public phase was left (Worker.processes_left): pids and a count only
+HIDDEN_REFUSED = re.compile(
+    r"not run: (?:a process of your code \(pid \d+, uid \d+(?:, still ending [\d.]+ s after it was killed)?\)"
+    rf"|\d+ process\(es\) of your code) could not be ended, {re.escape(NO_HIDDEN_RUN)}$"
+)
+
+
+def hidden_refused(message: str) -> str | None:
+    """The sentence of hidden cases the grader did not run because a process of the public phase was left, when
+    `message` is one: it names no hidden data, and without it neither the student nor the staff could tell why a
+    correct submission lost its hidden cases."""
+    return message if HIDDEN_REFUSED.match(message) else None
+
+
 def stopped_for_time(message: str) -> str | None:
     """The sentence of a case stopped at its time limit, or left out after its problem's cases were, when `message`
     (the grader's: the code's own messages start otherwise) is one; what it names is no hidden data."""
@@ -302,7 +317,7 @@ def run_cases(
             if state.halted is not None:  # an import failure or a limit: the same for the hidden cases
                 state.fail(later, state.halted)
             elif left:  # fail closed: a process of the public phase could read what the hidden phase is given
-                state.fail(later, f"not run: {left}, so no hidden case may run (no hidden input was written)")
+                state.fail(later, f"not run: {left}, {NO_HIDDEN_RUN}")
             else:
                 hidden_job = job | hand_over_hidden()
                 folders.append(Path(hidden_job["dir"]))

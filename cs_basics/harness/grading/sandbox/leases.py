@@ -42,12 +42,25 @@ def owners() -> dict[int, int]:
 
 
 def zombie(pid: int) -> bool:
-    """Whether `pid` is a zombie (it only waits to be reaped) or gone."""
+    """Whether `pid` is a zombie (it only waits to be reaped) or gone. A process whose first thread ended while
+    another runs on shows "Z" too (a submission's `pthread_exit` in its main thread): it is live while any of
+    its threads is."""
+    found = state(f"/proc/{pid}/stat")
+    if found != b"Z":
+        return found is None
+    with contextlib.suppress(OSError):
+        tasks = os.listdir(f"/proc/{pid}/task")
+        return all(state(f"/proc/{pid}/task/{task}/stat") in (b"Z", b"X", None) for task in tasks)
+    return True
+
+
+def state(path: str) -> bytes | None:
+    """The state letter of a /proc stat file (after the name, which may hold anything); None where it is gone."""
     try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            return stat.read().rsplit(b")", 1)[1].split()[0] == b"Z"  # after the name: the state
+        with open(path, "rb") as stat:
+            return stat.read().rsplit(b")", 1)[1].split()[0]
     except (OSError, IndexError):
-        return True
+        return None
 
 
 def processes_of(uid: int) -> list[int]:
@@ -105,8 +118,15 @@ def lease_uid(wait: float = LEASE_WAIT_SECONDS) -> tuple[int, socket.socket]:
         time.sleep(random.uniform(0.2, 0.5))
 
 
-KILL_ROUNDS = 200  # looks at /proc, 5 ms apart, before kill_uid gives up (a second in all)
-KILL_AGAIN = 20  # rounds after which a process still there is signalled again (it ends in milliseconds once killed)
+KILL_SECONDS = 1.0  # how long a process that is not dying may outlast the kills before kill_uid gives up
+# how long kill_uid waits for processes that are dying (SIGKILL received, or exiting) but not gone: one killed while
+# the kernel holds it (a read from a busy disk, a frozen cgroup) ends only once that is over. Taken for a process that
+# "could not be ended", it fails every hidden case of a correct submission (CI's lab once saw the reference lose
+# exactly its five hidden cases, a phase's end that took about 10 s longer than it should)
+DYING_SECONDS = 30.0
+KILL_AGAIN = 20  # rounds, 5 ms apart, after which a process still there is signalled again
+PF_EXITING = 0x4  # /proc/PID/stat's flags: the process is in the kernel's exit path
+SIGKILL_BIT = 1 << (signal.SIGKILL - 1)  # in /proc/PID/status's pending masks
 
 
 def kill_uid(uid: int) -> bool:
@@ -114,17 +134,44 @@ def kill_uid(uid: int) -> bool:
     answer: `kill(-1)` from an unprivileged uid fails only where no process exists but the caller and init, and
     counts those it may not signal as found. None left: one look at /proc, nothing started. Else `kill(-1, SIGKILL)`
     as that uid (the kernel signals them all in one pass, so forking faster cannot outrun it), again whenever /proc
-    shows a process the last pass may have missed, until none is left."""
+    shows a process the last pass may have missed, until none is left: for KILL_SECONDS, and for DYING_SECONDS while
+    every process left is dying (it never runs its code again, but is not gone yet)."""
     signalled: set[int] = set()
-    for round_ in range(KILL_ROUNDS):
+    start, round_ = time.monotonic(), 0
+    while True:
         left = set(processes_of(uid))
         if not left:
             return True
+        waited = time.monotonic() - start
+        if waited >= KILL_SECONDS and (waited >= DYING_SECONDS or STOP.is_set() or not all(map(dying, left))):
+            return False
         if not left <= signalled or round_ % KILL_AGAIN == KILL_AGAIN - 1:
             signal_all_as(uid)
             signalled = left
         time.sleep(0.005)
-    return not processes_of(uid)
+        round_ += 1
+
+
+def dying(pid: int) -> bool:
+    """Whether `pid` will never run its own code again: each of its threads has SIGKILL pending or is in the exit
+    path (or the process is gone). What it does then is the kernel's: it ends once a wait in the kernel is over."""
+    try:
+        return all(task_dying(f"/proc/{pid}/task/{task}") for task in os.listdir(f"/proc/{pid}/task"))
+    except OSError:
+        return True  # gone meanwhile
+
+
+def task_dying(task: str) -> bool:
+    try:
+        with open(f"{task}/stat", "rb") as stat:
+            flags = int(stat.read().rsplit(b")", 1)[1].split()[6])  # after the name: state, ppid, …, flags
+        if flags & PF_EXITING:
+            return True
+        with open(f"{task}/status", "rb") as status:
+            pending = [line.split()[1] for line in status if line.startswith((b"SigPnd:", b"ShdPnd:"))]
+        return any(int(mask, 16) & SIGKILL_BIT for mask in pending)
+    except (OSError, IndexError, ValueError):
+        return True  # gone meanwhile
 
 
 def signal_all_as(uid: int) -> None:

@@ -28,7 +28,7 @@ import xml.etree.ElementTree as ET
 from cs_basics.harness.cases import Case
 from cs_basics.harness.config import Assignment
 from cs_basics.harness.grading.pipeline.grade import Grade
-from cs_basics.harness.grading.pipeline.runs import stopped_for_time
+from cs_basics.harness.grading.pipeline.runs import hidden_refused, stopped_for_time
 from cs_basics.harness.grading.writers.prairielearn import (
     MESSAGE_BYTES,
     OUTPUT_BYTES,
@@ -72,7 +72,8 @@ def _case(suite: ET.Element, case: Case, got: float, most: float, passed: bool, 
         return
     if case.hidden:  # nothing of what it printed or raised: only whether it ran (and ran out of time)
         if message.startswith(NOT_RUN):
-            verdict = hidden_verdict(False, message) if stopped_for_time(message) else NOT_RUN_HIDDEN
+            said = stopped_for_time(message) or hidden_refused(message)
+            verdict = hidden_verdict(False, message) if said else NOT_RUN_HIDDEN
             _result(element, "skipped", verdict, verdict)
         else:
             verdict = hidden_verdict(False, message)

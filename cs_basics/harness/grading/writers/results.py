@@ -28,7 +28,7 @@ from rich.table import Table
 from cs_basics.harness import diagnosis
 from cs_basics.harness.config import HIDDEN_VISIBILITIES, Assignment, ConfigError
 from cs_basics.harness.grading.pipeline.grade import Grade
-from cs_basics.harness.grading.pipeline.runs import stopped_for_time
+from cs_basics.harness.grading.pipeline.runs import hidden_refused, stopped_for_time
 from cs_basics.harness.text import json_text, printable, safe_terminal
 
 OUTPUT_LIMIT = 8000  # characters of output per test
@@ -57,7 +57,8 @@ def hidden_verdict(passed: bool, message: str) -> str:
         return "hidden case: passed"
     stopped = stopped_for_time(message)
     if stopped is None:
-        return "hidden case: failed"
+        refused = hidden_refused(message)
+        return f"hidden case: {refused}" if refused else "hidden case: failed"
     return f"hidden case: {stopped}" if stopped.startswith("not run") else f"hidden case: failed: {stopped}"
 
 
