@@ -880,6 +880,7 @@ def test_killing_a_uid_waits_for_a_killed_process_that_has_not_ended_yet(leased_
             if (group / "freezer.state").read_text().strip() == "FROZEN":
                 break
             time.sleep(0.01)
+        assert (group / "freezer.state").read_text().strip() == "FROZEN"
         os.kill(pid, signal.SIGKILL)
         assert leases.dying(pid) is True and processes_of(leased_uid) == [pid]
         thaw.start()
@@ -905,19 +906,31 @@ def test_killing_a_uid_waits_for_a_process_that_is_dying_and_gives_up_on_one_tha
     monkeypatch.setattr(leases, "signal_all_as", signals.append)
     ends_at = time.monotonic() + 2 * leases.KILL_SECONDS
     monkeypatch.setattr(leases, "processes_of", lambda uid: [4242] if time.monotonic() < ends_at else [])
-    monkeypatch.setattr(leases, "dying", lambda pid: True)
+    monkeypatch.setattr(leases, "dying", lambda pid, uid: True)
     assert kill_uid(61999) is True
     assert signals and set(signals) == {61999}
 
     monkeypatch.setattr(leases, "processes_of", lambda uid: [4242])
-    monkeypatch.setattr(leases, "dying", lambda pid: False)
+    monkeypatch.setattr(leases, "dying", lambda pid, uid: False)
     signals.clear()
     assert kill_uid(61999) is False
-    assert len(signals) > 1  # signalled again before it gave up
+    assert signals  # and given up on: it is not dying
 
-    monkeypatch.setattr(leases, "dying", lambda pid: True)
+    monkeypatch.setattr(leases, "dying", lambda pid, uid: True)
     monkeypatch.setattr(leases, "DYING_SECONDS", 2 * leases.KILL_SECONDS)
     assert kill_uid(61999) is False
+
+
+@pytest.mark.parametrize(
+    ("flags", "pending", "expected"),
+    [(0, "0000000000000000", False), (leases.PF_EXITING, "0000000000000000", True), (0, "0000000000000100", True)],
+)
+def test_a_task_is_dying_when_it_exits_or_sigkill_is_pending(tmp_path, flags, pending, expected):
+    """task_dying reads the flags after the task's name (which may hold ") ") and SIGKILL's bit in either pending
+    mask, each on its own: a task that only has SIGTERM pending is not dying."""
+    (tmp_path / "stat").write_text(f"4242 (a) b ) c) R 1 4242 4242 0 -1 {flags} 0 0 0 0\n")
+    (tmp_path / "status").write_text(f"Name:\ta\nSigPnd:\t0000000000004000\nShdPnd:\t{pending}\n")
+    assert leases.task_dying(str(tmp_path)) is expected
 
 
 def test_a_live_process_is_not_dying_and_a_killed_one_is():

@@ -139,8 +139,9 @@ OVER_TIME = re.compile(rf"the case ran over its time limit of [\d.e+]+ s|{STUCK}
 NO_HIDDEN_RUN = "so no hidden case may run (no hidden input was written)"
 # the grader's sentence where a process of the public phase was left (Worker.processes_left): pids and a count only
 HIDDEN_REFUSED = re.compile(
-    r"not run: (?:a process of your code \(pid \d+, uid \d+(?:, still ending [\d.]+ s after it was killed)?\)"
-    rf"|\d+ process\(es\) of your code) could not be ended, {re.escape(NO_HIDDEN_RUN)}$"
+    r"not run: (?:a process of your code \(pid \d+, uid \d+(?:, still ending after it was killed)?\)"
+    rf"|\d+ process\(es\) of your code) could not be ended, {re.escape(NO_HIDDEN_RUN)}",
+    re.ASCII,
 )
 
 
@@ -148,7 +149,7 @@ def hidden_refused(message: str) -> str | None:
     """The sentence of hidden cases the grader did not run because a process of the public phase was left, when
     `message` is one: it names no hidden data, and without it neither the student nor the staff could tell why a
     correct submission lost its hidden cases."""
-    return message if HIDDEN_REFUSED.match(message) else None
+    return message if HIDDEN_REFUSED.fullmatch(message) else None
 
 
 def stopped_for_time(message: str) -> str | None:

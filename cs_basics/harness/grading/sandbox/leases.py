@@ -142,20 +142,24 @@ def kill_uid(uid: int) -> bool:
         left = set(processes_of(uid))
         if not left:
             return True
-        waited = time.monotonic() - start
-        if waited >= KILL_SECONDS and (waited >= DYING_SECONDS or STOP.is_set() or not all(map(dying, left))):
-            return False
-        if not left <= signalled or round_ % KILL_AGAIN == KILL_AGAIN - 1:
+        waited, again = time.monotonic() - start, round_ % KILL_AGAIN == KILL_AGAIN - 1
+        past = waited >= DYING_SECONDS or STOP.is_set()
+        if waited >= KILL_SECONDS and (past or (again and not all(dying(pid, uid) for pid in left))):
+            return False  # what is dying is read every KILL_AGAIN rounds: a thousand threads cost no more
+        if not left <= signalled or again:
             signal_all_as(uid)
             signalled = left
         time.sleep(0.005)
         round_ += 1
 
 
-def dying(pid: int) -> bool:
+def dying(pid: int, uid: int | None = None) -> bool:
     """Whether `pid` will never run its own code again: each of its threads has SIGKILL pending or is in the exit
-    path (or the process is gone). What it does then is the kernel's: it ends once a wait in the kernel is over."""
+    path (or the process is gone, or its pid is now another uid's). What it does then is the kernel's: it ends once
+    a wait in the kernel is over."""
     try:
+        if uid is not None and os.stat(f"/proc/{pid}").st_uid != uid:
+            return True  # gone, and its pid taken again since /proc listed it
         return all(task_dying(f"/proc/{pid}/task/{task}") for task in os.listdir(f"/proc/{pid}/task"))
     except OSError:
         return True  # gone meanwhile

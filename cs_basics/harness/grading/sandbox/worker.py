@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from cs_basics.harness.grading.sandbox.attempts import Attempt, ChildLog, SpawnedAttempt
 from cs_basics.harness.grading.sandbox.bubblewrap import SANDBOX_ENV, bubblewrap_runs, choose_sandbox
 from cs_basics.harness.grading.sandbox.jobcgroup import JobCgroup, job_memory_mb, make_job_cgroup
-from cs_basics.harness.grading.sandbox.leases import DYING_SECONDS, dying, kill_uid, lease_uid, processes_of
+from cs_basics.harness.grading.sandbox.leases import dying, kill_uid, lease_uid, processes_of
 from cs_basics.harness.grading.sandbox.limits import Limits
 from cs_basics.harness.grading.sandbox.litter import (
     Hoard,
@@ -300,7 +300,7 @@ class Worker:
             left = processes_of(self.uid)
             if not left:
                 return ""
-            how = f", still ending {DYING_SECONDS:g} s after it was killed" if dying(left[0]) else ""
+            how = ", still ending after it was killed" if dying(left[0], self.uid) else ""
             return f"a process of your code (pid {left[0]}, uid {self.uid}{how}) could not be ended"
         if self.swept_left:
             return f"{self.swept_left} process(es) of your code could not be ended"
