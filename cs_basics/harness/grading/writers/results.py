@@ -51,8 +51,8 @@ def test_entry(case, score: float, max_score: float, passed: bool, output: str, 
 
 
 def hidden_verdict(passed: bool, message: str) -> str:
-    """A hidden case's entry on every platform: passed or failed, and why where the grader stopped it for time
-    (no hidden data)."""
+    """A hidden case's entry on every platform: passed or failed, and why where the grader stopped it for time or
+    did not run it because a process of the public phase was left (its own sentences: no hidden data)."""
     if passed:
         return "hidden case: passed"
     stopped = stopped_for_time(message)
