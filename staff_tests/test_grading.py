@@ -2,14 +2,20 @@
 
 import io
 import json
+import os
 import shutil
 import subprocess
 import sys
 from fractions import Fraction
 
 import pytest
+import torch
 from rich.console import Console
 
+from cs_basics.harness.grading.pipeline.caseclock import CaseClock
+from cs_basics.harness.grading.pipeline.grade import grade
+from cs_basics.harness.grading.sandbox.limits import Limits
+from cs_basics.harness.grading.sandbox.worker import Worker
 from cs_basics.harness.grading.writers.results import print_table, results_json
 
 from .submissions import ROOT, STUBBED, outputs_of, run, scores, submission, wrap_attention
@@ -69,20 +75,61 @@ def test_an_endless_loop_fails_that_case_only(assignment, tmp_path):
     assert "time limit of 10 s" in failed[0].output
 
 
+def computes(seconds: float, condition: str, indent: str = "") -> str:
+    """Code that computes (not sleeps: waiting is not charged) for `seconds` of CPU time where `condition`."""
+    lines = ["import time", f"if {condition}:", "    start = time.process_time()"]
+    lines += [f"    while time.process_time() - start < {seconds}:", "        pass"]
+    return "\n".join(indent + line for line in lines) + "\n"
+
+
 def test_a_problems_own_time_limit_is_honoured_and_the_others_keep_the_courses(assignment, tmp_path):
-    """Attention declares 2 s a case: its 3D causal case, 4 s long, runs over it; softmax keeps the course's 20 s,
-    so its dim-0 case passes although it takes 3 s (it would fail under attention's limit)."""
+    """Attention declares 2 s a case: its 3D causal case, 4 s of computing, runs over it; softmax keeps the course's
+    20 s, so its dim-0 case passes although it computes for 3 s (it would fail under attention's limit)."""
     problems = dict(assignment.table["problems"])
     problems[ATTENTION] = dict(problems[ATTENTION], case_seconds=2)
     course = type(assignment)(assignment.root, dict(assignment.table, case_seconds=20, problems=problems))
-    slow = wrap_attention("import time\nif Q.shape == (2, 10, 16):\n    time.sleep(4)") + (
+    slow = wrap_attention(computes(4, "Q.shape == (2, 10, 16)")) + (
         "\n_reference_softmax = softmax\n\n\ndef softmax(in_features, dim):\n"
-        "    import time\n    if dim == 0:\n        time.sleep(3)\n    return _reference_softmax(in_features, dim)\n"
+        f"{computes(3, 'dim == 0', '    ')}    return _reference_softmax(in_features, dim)\n"
     )
     result = run(course, submission(tmp_path, slow), case_seconds=60)
     failed = [t for t in result.tests if not t.passed]
     assert [t.case.id for t in failed] == ["scaled_dot_product_attention-causal_mask"], [t.output for t in failed]
     assert failed[0].output.startswith("the case ran over its time limit of 2 s")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the wait for a core is read by the jobs' own uid: a root grader")
+def test_a_case_is_not_charged_the_time_it_waited_for_a_core(assignment, tmp_path):
+    """The grading runs on one core, with three busy processes on it from the first case on: attention's 3D causal
+    case, 0.6 s of computing under a 2 s limit, takes 2.4 s of wall time or more (a quarter of the core at most)
+    and passes, charged the time it had (caseclock.py); its 4D causal case sleeps 3 s and is stopped at 2 s, as a
+    sleep is charged every second."""
+    problems = dict(assignment.table["problems"])
+    problems[ATTENTION] = dict(problems[ATTENTION], case_seconds=2)
+    course = type(assignment)(assignment.root, dict(assignment.table, problems=problems))
+    body = computes(0.6, "Q.shape == (2, 10, 16)") + "if Q.shape == (2, 3, 8, 16):\n    time.sleep(3)\n"
+    folder = submission(tmp_path, wrap_attention(body))
+    mine, core = os.sched_getaffinity(0), min(os.sched_getaffinity(0))
+    busy: list[subprocess.Popen] = []
+    os.sched_setaffinity(0, {core})  # this thread's: the grading server started from it, and its jobs, inherit it
+    try:
+        with Worker(None, Limits(threads=1)) as worker:
+            worker.ensure_server()  # torch imported before the core is shared
+            spin = [sys.executable, "-c", "while True:\n    pass\n"]  # on the same core (inherited)
+            busy = [subprocess.Popen(spin, start_new_session=True) for _ in range(3)]  # autogroups: a share each
+            result = grade(course, folder, torch.device("cpu"), worker=worker)
+    finally:
+        for process in busy:
+            process.kill()
+            process.wait()
+        os.sched_setaffinity(0, mine)
+    failed = {t.case.id: t.output for t in result.tests if not t.passed}
+    assert list(failed) == ["4d_scaled_dot_product_attention-causal_mask"], failed
+    slow = next(t for t in result.tests if t.case.id == "scaled_dot_product_attention-causal_mask")
+    assert slow.seconds >= 2.0, slow.seconds  # the core was shared: over the limit in wall time
+    assert failed["4d_scaled_dot_product_attention-causal_mask"] == (
+        "the case ran over its time limit of 2 s (an endless loop?)"
+    )
 
 
 def test_killing_its_own_interpreter_fails_that_case_only(assignment, tmp_path):
@@ -252,3 +299,39 @@ def test_the_table_shows_the_diagnosis_and_no_hidden_case_offers_a_command_the_s
     for t in failed:
         assert ("uv run pytest -k" in t.output) != t.case.hidden, t.output
     assert all("is not in your copy" in t.output for t in failed if t.case.hidden)
+
+
+class FakeWait:
+    """The job's wait for a core, as a test sets it."""
+
+    def __init__(self) -> None:
+        self.seconds: float | None = 100.0
+
+    def __call__(self) -> float | None:
+        return self.seconds
+
+
+@pytest.mark.parametrize(
+    ("waits_per_second", "stopped_at", "kept_waiting"),
+    [(0.0, 20.0, False), (0.5, 39.75, False), (0.9, 60.0, True), (2.0, 60.0, True), (None, 20.0, False)],
+    ids=["had_a_core", "half_a_core", "a_tenth_of_a_core", "two_threads_waiting", "no_reading"],
+)
+def test_a_case_clock_stops_a_case_at_its_limit_of_time_had_or_at_three_times_it(
+    waits_per_second, stopped_at, kept_waiting
+):
+    """Looked at as the grader does (each time the deadline it gave passes): a case that had its core is stopped
+    at its limit, one given half a core once it had its limit (its first quarter second counted whole), one kept
+    waiting at three times its limit; where the wait cannot be read, at its limit in wall time."""
+    wait = FakeWait()
+    clock = CaseClock(20.0, started=0.0, seconds_waiting=wait)
+    now, deadline = 0.0, clock.first_look()
+    assert deadline == 0.25
+    for _ in range(1000):
+        now = deadline
+        wait.seconds = None if waits_per_second is None else 100.0 + waits_per_second * now
+        later = clock.look(now)
+        if later is None:
+            break
+        assert later > now
+        deadline = later
+    assert now == pytest.approx(stopped_at, abs=0.1) and clock.kept_waiting == kept_waiting

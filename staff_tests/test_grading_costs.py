@@ -82,12 +82,15 @@ def test_the_grading_server_never_starts_cuda_before_it_forks():
     assert done.returncode == 0 and done.stdout.strip() == "threads started 0", done.stdout + done.stderr
 
 
-def test_the_server_loads_einx_only_for_code_that_names_it(tmp_path):
+def test_the_server_loads_einx_and_torch_dynamo_only_for_code_that_names_them(tmp_path):
     uses = tmp_path / "uses.py"
     uses.write_text("import einx\n")
+    checkpoints = tmp_path / "checkpoints.py"  # torch.utils.checkpoint imports torch._dynamo at its first call
+    checkpoints.write_text("from torch.utils.checkpoint import checkpoint\n")
     plain = tmp_path / "plain.py"
     plain.write_text("import torch\n")
     assert named_libraries([plain, uses]) == ["einx"]
+    assert named_libraries([checkpoints, uses]) == ["einx", "torch._dynamo"]
     assert named_libraries([plain]) == []
 
 

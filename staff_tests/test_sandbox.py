@@ -825,15 +825,21 @@ def test_killing_a_uid_ends_a_hidden_survivor_and_says_none_is_left(leased_uid, 
     assert kills and set(kills) == ({"fork"} if way == "fork" else {shutil.which("setpriv")}), kills
 
 
+def system_python() -> str:
+    """The system's python3, which the job's uid may run (the suite's own Python may lie where it cannot go)."""
+    python = shutil.which("python3", path="/usr/bin:/bin")
+    if python is None:
+        pytest.skip("no system python3 to run as the job's uid")
+    return python
+
+
 @needs_root
 @LAST_UIDS
 def test_a_process_whose_first_thread_ended_while_another_runs_is_found_and_killed(leased_uid):
     """A submission's `pthread_exit` in its main thread leaves its process "Z" in /proc while a thread of it runs
     on: taken for a zombie, it was no process of the uid, so kill_uid said none was left and the hidden phase could
     start beside it (where no PID namespace ends the job's processes)."""
-    python = shutil.which("python3", path="/usr/bin:/bin")  # the suite's own Python may lie where the uid cannot go
-    if python is None:
-        pytest.skip("no system python3 to run as the job's uid")
+    python = system_python()
     script = (
         "import ctypes, os, sys, threading, time\n"
         "threading.Thread(target=lambda: time.sleep(120)).start()\n"
@@ -857,6 +863,45 @@ def test_a_process_whose_first_thread_ended_while_another_runs_is_found_and_kill
     finally:
         process.kill()
         process.wait()
+
+
+@needs_root
+@LAST_UIDS
+def test_the_wait_for_a_core_of_a_uids_processes_counts_the_run_queue_not_a_sleep(leased_uid):
+    """A case's clock (caseclock.py) reads by the job's uid how long its threads waited for a core: a process of the
+    uid that computes for half a second on a core two busy processes share waits about a second for it, and none
+    of the sleep that follows is counted."""
+    python = system_python()
+    script = (
+        "import time\nstart = time.process_time()\nwhile time.process_time() - start < 0.5:\n    pass\n"
+        "print('computed', flush=True)\ntime.sleep(120)\n"
+    )
+    before = leases.seconds_waiting_for_a_core(leased_uid)
+    assert before is not None, "this kernel keeps no run queue delays (/proc/PID/schedstat)"
+    mine, core = os.sched_getaffinity(0), min(os.sched_getaffinity(0))
+    busy, process = [], None
+    os.sched_setaffinity(0, {core})  # this thread's: the processes it starts inherit it
+    try:
+        busy = [subprocess.Popen([sys.executable, "-c", "while True:\n    pass\n"], start_new_session=True)]
+        busy.append(subprocess.Popen([sys.executable, "-c", "while True:\n    pass\n"], start_new_session=True))
+        process = subprocess.Popen(
+            [python, "-c", script], user=leased_uid, group=leased_uid, extra_groups=[], stdout=subprocess.PIPE, cwd="/"
+        )
+        assert process.stdout.readline() == b"computed\n"
+        waited = leases.seconds_waiting_for_a_core(leased_uid) - before
+        for spinning in busy:
+            spinning.kill()
+        time.sleep(1.0)
+        assert waited >= 0.4, waited  # a third of the core at most: a second's wait, give or take the scheduler
+        assert leases.seconds_waiting_for_a_core(leased_uid) - before == pytest.approx(waited, abs=0.1)
+    finally:
+        for spinning in busy:
+            spinning.kill()
+            spinning.wait()
+        if process is not None:
+            process.kill()
+            process.wait()
+        os.sched_setaffinity(0, mine)
 
 
 FREEZER = Path("/sys/fs/cgroup/freezer")  # cgroup v1's: a frozen task keeps SIGKILL pending until it is thawed

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cs_basics.harness.cgroup import oom_kills
+from cs_basics.harness.grading.pipeline.caseclock import CASE_WALL_TIMES, CaseClock
 from cs_basics.harness.grading.pipeline.protocol import STAFF_ERROR, Protocol
 from cs_basics.harness.grading.sandbox.attempts import ChildLog, child_module
 from cs_basics.harness.grading.sandbox.limits import Limits, killed_for_memory, out_of_memory
@@ -56,15 +57,20 @@ def run_once(worker: Worker, job: dict, cases: list[str], state: RunState) -> tu
     if worker.spawns:  # a fresh Python per group has no way to wait for its inputs: they are written first
         state.hand_inputs(cases, Path(job["dir"]))
     attempt = worker.attempt(job | {"cases": cases}, state.log_for(cases[0]))
-    current, started = None, time.monotonic()
+    current, started, clock = None, time.monotonic(), None
     deadline = min(started + limits.import_seconds, state.stop_at)
     remaining = list(cases)
     try:
         for event in attempt.events(lambda: deadline):  # noqa: B023 (late binding wanted: the deadline moves)
             if event is None and attempt.hoarded:
                 return state.hoarded(remaining, current, attempt.hoard.limit >> 20)
+            if event is None and clock is not None and not STOP.is_set() and time.monotonic() < state.stop_at:
+                later = clock.look(time.monotonic())  # the case's own limit: the time it had (caseclock.py)
+                if later is not None:
+                    deadline = min(later, state.stop_at)
+                    continue
             if event is None:  # a limit passed, or the grader is stopping
-                return state.out_of_time(remaining, current, started)
+                return state.out_of_time(remaining, current, started, clock)
             wrong, act = protocol.check(event)
             if wrong is not None:
                 state.tamper(protocol.blamed, wrong)
@@ -96,11 +102,12 @@ def run_once(worker: Worker, job: dict, cases: list[str], state: RunState) -> tu
                 attempt.drain()  # what was printed so far belongs to the case before (or to the import)
                 attempt.log = state.log_for(case)
                 current, started = case, time.monotonic()
-                deadline = min(started + state.seconds_for(case), state.stop_at)
+                clock = CaseClock(state.seconds_for(case), started, worker.seconds_waiting_for_a_core)
+                deadline = min(clock.first_look(), state.stop_at)
             elif kind in ("done", "error") and case == current:
                 state.finish(case, event, time.monotonic() - started)
                 remaining.remove(case)
-                current, deadline = None, state.stop_at
+                current, clock, deadline = None, None, state.stop_at
             elif kind == "finished" and protocol.group == len(groups) - 1:
                 attempt.finished = True
                 break
@@ -130,6 +137,17 @@ def run_once(worker: Worker, job: dict, cases: list[str], state: RunState) -> tu
 def over_time(seconds: float) -> str:
     """A case stopped at its time limit, as every platform says it (a hidden case's entry too: no hidden data)."""
     return f"the case ran over its time limit of {seconds:g} s"
+
+
+def why_over(clock: CaseClock | None) -> str:
+    """What stopped a case: its limit (an endless loop, most often), or the wall's bound (caseclock.py)."""
+    if clock is None or not clock.kept_waiting:
+        return "(an endless loop?)"
+    bound = clock.limit * CASE_WALL_TIMES
+    return (
+        f"(it did not return in {bound:g} s and had {clock.had:.1f} s of them: it waited for a core the rest of the "
+        "time, as the machine was busy or your code ran more threads or processes than there are cores)"
+    )
 
 
 STUCK = "not run: your function did not return on cases"  # a case left out after its problem's ran out of time
@@ -258,7 +276,9 @@ class RunState:
         self.fail([case for case in remaining if case != current], f"not run: {why} during case {current}")
         return [], False
 
-    def out_of_time(self, remaining: list[str], current: str | None, started: float) -> tuple[list[str], bool]:
+    def out_of_time(
+        self, remaining: list[str], current: str | None, started: float, clock: CaseClock | None = None
+    ) -> tuple[list[str], bool]:
         """Mark what a passed limit (or a stop) cost; return the cases a fresh child may still take."""
         if STOP.is_set():
             self.halt(remaining, f"not run: grading was stopped ({stop_reason()})")
@@ -273,7 +293,7 @@ class RunState:
         if total:
             self.halt(remaining, why)
             return [], False
-        why = f"{over_time(self.seconds_for(current))} (an endless loop?)"
+        why = f"{over_time(self.seconds_for(current))} {why_over(clock)}"
         self.timeouts.setdefault(self.problems[current], []).append(current)
         self.runs[current] = CaseRun(error=why, seconds=time.monotonic() - started)
         return [c for c in remaining if c != current], True

@@ -68,6 +68,27 @@ def processes_of(uid: int) -> list[int]:
     return [pid for pid, owner in owners().items() if owner == uid and not zombie(pid)]
 
 
+def seconds_waiting_for_a_core(uid: int) -> float | None:
+    """How long the threads of the processes of `uid` now in /proc have waited for a core, runnable but not running
+    (the run queue's delay: /proc/PID/task/TID/schedstat's second field, in ns); None where the kernel does not
+    keep it (no CONFIG_SCHED_INFO). A thread that ended takes its own out of the sum."""
+    waited, found = 0, False
+    for pid, owner in owners().items():
+        if owner != uid:
+            continue
+        with contextlib.suppress(OSError):
+            for task in os.listdir(f"/proc/{pid}/task"):
+                with (
+                    contextlib.suppress(OSError, IndexError, ValueError),
+                    open(f"/proc/{pid}/task/{task}/schedstat", "rb") as stat,
+                ):
+                    waited += int(stat.read().split()[1])
+                    found = True
+    if not found and not os.path.exists("/proc/self/schedstat"):
+        return None
+    return waited / 1e9
+
+
 def job_uid_range() -> range:
     """The jobs' uids: 61000 to 64999, or the range $CS_BASICS_JOB_UIDS names ("FIRST-LAST")."""
     text = os.environ.get(UIDS_ENV, "").strip()

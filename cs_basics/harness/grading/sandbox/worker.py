@@ -14,7 +14,13 @@ from typing import TYPE_CHECKING
 from cs_basics.harness.grading.sandbox.attempts import Attempt, ChildLog, SpawnedAttempt
 from cs_basics.harness.grading.sandbox.bubblewrap import SANDBOX_ENV, bubblewrap_runs, choose_sandbox
 from cs_basics.harness.grading.sandbox.jobcgroup import JobCgroup, job_memory_mb, make_job_cgroup
-from cs_basics.harness.grading.sandbox.leases import dying, kill_uid, lease_uid, processes_of
+from cs_basics.harness.grading.sandbox.leases import (
+    dying,
+    kill_uid,
+    lease_uid,
+    processes_of,
+    seconds_waiting_for_a_core,
+)
 from cs_basics.harness.grading.sandbox.limits import Limits
 from cs_basics.harness.grading.sandbox.litter import (
     Hoard,
@@ -39,15 +45,17 @@ def seccomp_known() -> bool:
     return os.uname().machine in NETWORK_IPC_CALLS
 
 
-# installed libraries the grading server loads only once a job's code names one (speed only): einx's torch
-# backend imports torch._dynamo, as long to import as torch itself, and most submissions never use einx
-WARM_ON_REQUEST = ("einx",)
+# what the grading server imports only once a job's code names a word (speed only), word -> module: einx's torch
+# backend imports torch._dynamo, as long to import as torch itself, and most submissions never use einx; so does
+# torch.utils.checkpoint at its first call (2.7 s of CPU in each child that calls it, before this)
+WARM_ON_REQUEST = {"einx": "einx", "checkpoint": "torch._dynamo"}
 
 
 def named_libraries(files: list[Path]) -> list[str]:
-    """The libraries of WARM_ON_REQUEST whose name is in the student's files (read within intake's bounds)."""
+    """The modules of WARM_ON_REQUEST whose word is in the student's files (read within intake's bounds)."""
     texts = [path.read_bytes() for path in files]
-    return [name for name in WARM_ON_REQUEST if any(name.encode() in text for text in texts)]
+    named = {module for word, module in WARM_ON_REQUEST.items() if any(word.encode() in text for text in texts)}
+    return sorted(named)
 
 
 class Overlays:
@@ -281,6 +289,12 @@ class Worker:
     def killed_for_memory(self, before: tuple[int, int] | None) -> str:
         """What to add to the sentence of a job that died during a case, where its cgroup's limit ended it."""
         return self.cgroup.killed(before) if isinstance(self.cgroup, JobCgroup) else ""
+
+    def seconds_waiting_for_a_core(self) -> float | None:
+        """How long the threads of the worker's jobs have waited for a core (other work had it), as the grader reads
+        it in /proc by their uid, never as a job says; None without a uid of their own (or where the kernel does
+        not keep it): a case's clock then counts wall time (pipeline/caseclock.py)."""
+        return None if self.uid is None else seconds_waiting_for_a_core(self.uid)
 
     def end_job(self, job_id: int) -> None:
         """Every process of the job, gone."""
