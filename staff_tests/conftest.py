@@ -18,6 +18,7 @@ import collections
 import json
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
@@ -39,7 +40,7 @@ os.environ.pop("UV_COMPILE_BYTECODE", None)
 os.environ.pop("PYTEST_ADDOPTS", None)
 
 # twice the cores, at least 4: the graders, sandboxes and Slurm jobs the tests wait on do the work
-WORKERS = max(4, 2 * (os.cpu_count() or 1))
+WORKERS = max(8, 4 * (os.cpu_count() or 1))
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -63,6 +64,13 @@ def runs_whole_folders(config: pytest.Config) -> bool:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "alone: runs while no other test of this run does (it watches the machine)")
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """The workers submissions.run kept, closed as the test process ends (loaded only where a test graded)."""
+    kept = sys.modules.get(f"{__package__}.submissions")
+    if kept is not None:
+        kept.close_shared_workers()
 
 
 @pytest.fixture(scope="session")

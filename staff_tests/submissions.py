@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import shutil
 import textwrap
@@ -9,8 +10,11 @@ from pathlib import Path
 
 import torch
 
-from cs_basics.harness.grading.pipeline.grade import Grade, grade
+from cs_basics.harness.grading.pipeline.grade import Grade, GradingError, grade
+from cs_basics.harness.grading.sandbox.bubblewrap import choose_sandbox
 from cs_basics.harness.grading.sandbox.limits import Limits
+from cs_basics.harness.grading.sandbox.stopping import StaffError
+from cs_basics.harness.grading.sandbox.worker import Worker
 
 ROOT = Path(__file__).resolve().parents[1]
 FUNCTIONAL = Path("cs_basics/nn/functional.py")
@@ -41,8 +45,43 @@ def wrap_attention(body: str) -> str:
     )
 
 
+# the workers `run` grades in, by sandbox and limits, the most recent last: a test process keeps a few, as a batch
+# keeps its workers for one submission after another (a fresh one cost each test a grading server's start, its
+# torch import, and the course's overlay: about 4 CPU seconds of the suite's, per grading)
+SHARED_WORKERS: collections.OrderedDict[tuple[str, str | None, Limits], Worker] = collections.OrderedDict()
+SHARED_AT_MOST = 2  # each holds a grading server (torch: about 300 MB) and a job uid's lease
+
+
 def run(assignment, folder: Path, sandbox: str | None = None, **limits) -> Grade:
-    return grade(assignment, folder, torch.device("cpu"), Limits(**limits), sandbox=sandbox)
+    """`folder` graded as `cs-basics grade` grades one submission of a batch: in a worker this test process keeps
+    for the same sandbox and limits, whose earlier submissions (other tests') can reach nothing of this one, as
+    in a course (the isolation between a batch's submissions, which the batteries check, is the product's)."""
+    # the sandbox chosen now (a test may have changed what runs here), and as asked (the grade's notes say which)
+    key = (choose_sandbox(sandbox), sandbox, Limits(**limits))
+    worker = shared_worker(key)
+    try:
+        return grade(assignment, folder, torch.device("cpu"), worker=worker)
+    except BaseException as err:  # a worker that failed is not kept (as grade() says a staff error of its own)
+        SHARED_WORKERS.pop(key, None)
+        worker.close()
+        if isinstance(err, StaffError):
+            raise GradingError(str(err)) from None
+        raise
+
+
+def shared_worker(key: tuple[str, str | None, Limits]) -> Worker:
+    """The kept worker for (the sandbox, as asked, the limits), a new one where there is none; now the most recent."""
+    worker = SHARED_WORKERS.pop(key, None) or Worker(key[1], key[2])
+    SHARED_WORKERS[key] = worker
+    while len(SHARED_WORKERS) > SHARED_AT_MOST:
+        SHARED_WORKERS.popitem(last=False)[1].close()
+    return worker
+
+
+def close_shared_workers() -> None:
+    """Every kept worker closed: its server ended, its uid's processes killed, its lease and folder given back."""
+    while SHARED_WORKERS:
+        SHARED_WORKERS.popitem()[1].close()
 
 
 def scores(result: Grade) -> dict[str, float]:
