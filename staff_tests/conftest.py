@@ -40,7 +40,7 @@ os.environ.pop("UV_COMPILE_BYTECODE", None)
 os.environ.pop("PYTEST_ADDOPTS", None)
 
 # twice the cores, at least 4: the graders, sandboxes and Slurm jobs the tests wait on do the work
-WORKERS = max(8, 4 * (os.cpu_count() or 1))
+WORKERS = max(4, 2 * (os.cpu_count() or 1))
 
 
 @pytest.hookimpl(tryfirst=True)
