@@ -589,8 +589,10 @@ def test_a_looping_attention_costs_minutes_with_the_default_limits_and_softmax_k
 ):
     """With the defaults, in each sandbox (the other tests set short limits): the problem's first cases run out
     of their time, the others are not run, and the submission's total limit is never reached. What that costs
-    is counted in cases, not measured (benchmarks/grading_phases.py times a grading)."""
-    folder = submission(tmp_path, wrap_attention("while True:\n    pass"))
+    is counted in cases, not measured (benchmarks/grading_phases.py times a grading). The loop sleeps: a case's
+    clock charges a sleep as it charges a computation (pipeline/caseclock.py), and the suite's other tests get the
+    cores meanwhile (test_grading's endless loop computes)."""
+    folder = submission(tmp_path, wrap_attention("import time\n\nwhile True:\n    time.sleep(0.5)"))
     result = grade(assignment, folder, torch.device("cpu"), sandbox=sandbox)
     defaults = Limits()
     assert scores(result) == pytest.approx({SOFTMAX: 1.0, ATTENTION: 0.0})
