@@ -36,6 +36,8 @@ from pathlib import Path
 import pytest
 
 from cs_basics.harness.grading.job.landlock import landlock_abi
+from cs_basics.harness.grading.sandbox.folderlock import held_work_folder
+from cs_basics.harness.grading.sandbox.litter import remove_tree
 
 from .probes import private_mount_refused
 from .submissions import DAEMON, ROOT, SYSTEM_V, maps_shared_memory, memory_cgroup_problem, submission
@@ -241,7 +243,8 @@ def secrets():
     root_only = top / "root-only"
     root_only.write_text("root's")
     root_only.chmod(0o600)
-    other_job = Path(tempfile.mkdtemp(prefix="cs-basics-grade-")) / "jobs" / "1" / "code"
+    other_grader, held = held_work_folder(remove_tree)  # a live grader's: no worker that starts meanwhile removes it
+    other_job = other_grader / "jobs" / "1" / "code"
     other_job.mkdir(parents=True)
     for folder in (other_job, *other_job.parents[:3]):
         folder.chmod(0o755)
@@ -249,7 +252,8 @@ def secrets():
     (other_job / "solution.py").chmod(0o644)
     yield [root_only, other_job / "solution.py"]
     shutil.rmtree(top)
-    shutil.rmtree(other_job.parents[2])
+    remove_tree(other_grader)
+    os.close(held)
 
 
 def test_without_namespaces_the_job_reads_nothing_of_the_course_another_job_or_root(tmp_path, secrets):

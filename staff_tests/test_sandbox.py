@@ -38,6 +38,7 @@ import cs_basics.harness.grading.sandbox.server as server
 from cs_basics.harness import portable
 from cs_basics.harness.grading.pipeline.grade import GradingError, grade
 from cs_basics.harness.grading.sandbox.bubblewrap import bubblewrap_runs
+from cs_basics.harness.grading.sandbox.folderlock import WORK_PREFIX, held_work_folder
 from cs_basics.harness.grading.sandbox.leases import (
     LEASE_PREFIX,
     UID_BASE,
@@ -50,7 +51,7 @@ from cs_basics.harness.grading.sandbox.leases import (
     take_lease,
 )
 from cs_basics.harness.grading.sandbox.limits import Limits
-from cs_basics.harness.grading.sandbox.litter import Hoard, remove_litter
+from cs_basics.harness.grading.sandbox.litter import Hoard, remove_litter, remove_tree
 from cs_basics.harness.grading.sandbox.stopping import StaffError
 from cs_basics.harness.grading.sandbox.worker import Worker
 from cs_basics.harness.grading.writers.results import results_json
@@ -443,16 +444,16 @@ def wait_for_new_job(grader: subprocess.Popen) -> set[int]:
 
 
 def worker_folders() -> set[Path]:
-    return set(Path(tempfile.gettempdir()).glob("cs-basics-grade-*"))
+    return set(Path(tempfile.gettempdir()).glob(f"{WORK_PREFIX}*"))
 
 
-def wait_for_output(case: str, before: set[Path], uids: set[int], grader: subprocess.Popen):
-    """Until a new worker's job folder, of a job of `uids`, holds the outputs of `case`."""
+def wait_for_output(case: str, before: set[Path], uids: set[int], grader: subprocess.Popen) -> Path:
+    """Until a new worker's job folder, of a job of `uids`, holds the outputs of `case`: that worker's folder."""
     while grader.poll() is None:
         for folder in worker_folders() - before:
             with contextlib.suppress(OSError):
                 if any(out.parent.stat().st_uid in uids for out in folder.glob(f"jobs/*/out/{case}.safetensors")):
-                    return
+                    return folder
         time.sleep(0.1)
     raise AssertionError(f"the grader never wrote the outputs of {case}")
 
@@ -498,13 +499,18 @@ def killed_mid_case(tmp_path, sandbox, kill):
     grader = grading_process(submission(tmp_path, loop), results, sandbox)
     try:
         uids = wait_for_new_job(grader)
-        wait_for_output("softmax-float64", folders, uids, grader)  # the public softmax cases are done; attention loops
+        # the public softmax cases are done; attention loops
+        work = wait_for_output("softmax-float64", folders, uids, grader)
         time.sleep(1)
         grader.send_signal(kill)
         grader.wait(timeout=DEATH_SECONDS)
         assert gone_within(uids), f"processes of uids {uids} still run {DEATH_SECONDS} s after the grader ended"
     finally:
         grader.kill()
+    if kill == signal.SIGKILL:  # it could not remove its work folder (hidden inputs, outputs): the next grader does
+        assert (work / "jobs").is_dir()
+        Worker(sandbox, Limits()).close()
+    assert not work.exists(), sorted(str(p) for p in work.rglob("*"))[:10]
     data = json.loads(results.read_text())  # valid JSON either way
     if kill != signal.SIGKILL:
         assert grader.returncode == 128 + kill
@@ -513,6 +519,35 @@ def killed_mid_case(tmp_path, sandbox, kill):
         assert any(f"not run: grading was stopped ({kill.name})" in t["output"] for t in data["tests"])
     else:
         assert data["score"] == 0 and "grading did not finish" in data["output"]
+
+
+@needs_root
+def test_a_new_worker_removes_the_work_folders_only_of_graders_that_died(tmp_path):
+    """A work folder whose lock no process holds (its grader died) goes as the next worker starts; one a live
+    grader holds (here this process, through another open file: flock refuses it as it refuses another's), one of
+    another user and a link named as a work folder stay, and the folder the link points to is untouched."""
+    temporary = Path(tempfile.gettempdir())
+    left = Path(tempfile.mkdtemp(prefix=WORK_PREFIX))
+    (left / "jobs" / "1" / "inputs").mkdir(parents=True)
+    (left / "jobs" / "1" / "inputs" / "hidden.safetensors").write_text("a hidden case's input")
+    live, held = held_work_folder(remove_tree)
+    others = Path(tempfile.mkdtemp(prefix=WORK_PREFIX))
+    os.chown(others, 65534, 65534)
+    target = tmp_path / "target"
+    target.mkdir()
+    (target / "kept").touch()
+    link = temporary / f"{WORK_PREFIX}link-{uuid.uuid4().hex}"
+    link.symlink_to(target)
+    try:
+        Worker("fallback", Limits()).close()
+        assert not left.exists()
+        assert live.is_dir() and others.is_dir() and link.is_symlink() and (target / "kept").exists()
+    finally:
+        remove_tree(live)
+        os.close(held)
+        link.unlink()
+        for folder in (others, left):
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 # ---------------------------------------------------------------- many graders on one machine

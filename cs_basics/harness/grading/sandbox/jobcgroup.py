@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cs_basics.harness.cgroup import own_memory
+from cs_basics.harness.grading.sandbox.folderlock import lock, remove_unheld, same_file
 from cs_basics.harness.grading.sandbox.limits import RAN_OUT, Limits
 from cs_basics.harness.grading.sandbox.policy import SERVER_MB
 
@@ -151,42 +152,8 @@ def settings(made: JobCgroup) -> None:
             (folder / name).write_text(value)
 
 
-def lock(folder: Path) -> int | None:
-    """The folder opened (close-on-exec) and locked with flock, or None where another process holds its lock (any
-    other failure raises OSError). The
-    kernel releases the lock when the holder dies, in whatever PID namespace or container it ran; a pid in the
-    folder's name could only be looked up in the reader's own namespace, and another's live grader looked dead."""
-    import fcntl  # here: Windows has none, and imports this module (it makes no cgroup)
-
-    held = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(held)
-        return None
-    except OSError:
-        os.close(held)
-        raise
-    return held
-
-
-def same_file(held: int, folder: Path) -> bool:
-    """Whether `folder` is still the one `held` is open on (not removed, nor made again, since)."""
-    try:
-        return os.stat(folder).st_ino == os.fstat(held).st_ino
-    except OSError:
-        return False
-
-
 def remove_stale(parent: Path) -> None:
     """Job cgroups a grader that died left: no process holds their lock, and they are empty (their jobs'
     processes died with it, or were killed by uid; rmdir refuses a cgroup with a process in it)."""
     with contextlib.suppress(OSError):
-        for folder in parent.glob(f"{PREFIX}*"):
-            with contextlib.suppress(OSError):
-                held = lock(folder)
-                if held is not None:
-                    try:
-                        folder.rmdir()
-                    finally:
-                        os.close(held)
+        remove_unheld(list(parent.glob(f"{PREFIX}*")), Path.rmdir)

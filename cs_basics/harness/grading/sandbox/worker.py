@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -13,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from cs_basics.harness.grading.sandbox.attempts import Attempt, ChildLog, SpawnedAttempt
 from cs_basics.harness.grading.sandbox.bubblewrap import SANDBOX_ENV, bubblewrap_runs, choose_sandbox
+from cs_basics.harness.grading.sandbox.folderlock import held_work_folder
 from cs_basics.harness.grading.sandbox.jobcgroup import JobCgroup, job_memory_mb, make_job_cgroup
 from cs_basics.harness.grading.sandbox.leases import (
     dying,
@@ -104,7 +104,8 @@ class Worker:
             made = make_job_cgroup(job_memory_mb(self.limits)) if cgroup else "none was asked for"
             self.cgroup = made
         self.cgroup_procs = self.cgroup.procs() if isinstance(self.cgroup, JobCgroup) else None
-        self.root = Path(tempfile.mkdtemp(prefix="cs-basics-grade-"))
+        # locked while the worker lives: the next worker removes it if this grader dies before it can
+        self.root, self.root_lock = held_work_folder(remove_tree)
         self.root.chmod(0o711)  # the job's uid passes through to its own folder
         if self.spawns:
             install_tool(self.root)
@@ -349,6 +350,9 @@ class Worker:
             self.lease.close()
             self.lease = None
         remove_tree(self.root)
+        if self.root_lock is not None:
+            os.close(self.root_lock)
+            self.root_lock = None
 
 
 @contextlib.contextmanager
