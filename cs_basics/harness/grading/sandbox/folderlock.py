@@ -14,7 +14,11 @@ from pathlib import Path
 
 from cs_basics.harness.portable import unix_module
 
-WORK_PREFIX = "cs-basics-grade-"  # a worker's work folder in the temporary folder: + mkdtemp's random part
+# a worker's work folder in the temporary folder (+ mkdtemp's random part): locked, so removed once its grader died
+WORK_PREFIX = "cs-basics-work-"
+# where no lock can be held (Windows), and before locks (graders of earlier releases may run beside this one):
+# another name, which no grader removes, since nothing tells whether its grader still lives
+UNLOCKED_PREFIX = "cs-basics-grade-"
 
 
 def lock(folder: Path) -> int | None:
@@ -71,7 +75,7 @@ def held_work_folder(remove: Callable[[Path], None]) -> tuple[Path, int | None]:
     """A fresh work folder and its lock (None where there are no locks: Windows), once the folders graders that died
     left are removed. A grader removing those may take this one between its making and its lock: then another."""
     if unix_module("fcntl") is None:
-        return Path(tempfile.mkdtemp(prefix=WORK_PREFIX)), None
+        return Path(tempfile.mkdtemp(prefix=UNLOCKED_PREFIX)), None
     remove_unheld(left_work_folders(), remove)
     for _ in range(3):
         folder = Path(tempfile.mkdtemp(prefix=WORK_PREFIX))
