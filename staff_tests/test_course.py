@@ -160,6 +160,8 @@ def test_shards_merged_equal_one_run(course, capsys):
     ]
     for folder in ("whole", "merged"):
         assert all((tmp / folder / png).read_bytes()[:8] == PNG for png in ("totals.png", "pass_rates.png"))
+    for folder in ("shard1", "shard2"):  # a slice's tables, but no figures of a slice: the merge draws the course's
+        assert all((tmp / folder / name).is_file() for name in ANALYSIS) and not list((tmp / folder).glob("*.png"))
 
 
 def test_a_merge_told_the_submissions_names_those_a_failed_shard_left_without_a_grade(course, tmp_path, capsys):

@@ -102,6 +102,7 @@ def grade_many(
     limits = dataclasses.replace(settings.limits(workers), threads=max(1, len(os.sched_getaffinity(0)) // workers))
     device, queue, lock, failures, warming = choose_device(settings.device), list(todo), Lock(), [], Lock()
     overlays = Overlays(Path(tempfile.mkdtemp(prefix="cs-basics-overlays-")))  # the course's, made once for all workers
+    figures = shard is None or shard.count == 1  # a slice's figures are drawn by `cs-basics merge`, of the course whole
 
     def take() -> Planned | None:
         with lock:
@@ -118,7 +119,7 @@ def grade_many(
                     progress.advance(task)
         except (StaffError, ValueError) as err:  # no grading server: nothing can be graded fairly
             failures.append(str(err))
-        if warming.acquire(blocking=False) and not failures and not STOP.is_set():
+        if figures and warming.acquire(blocking=False) and not failures and not STOP.is_set():
             with contextlib.suppress(Exception):  # the analysis at the end says what failed, in its own words
                 warm_figures()  # the first worker out of submissions, while the others grade their last ones
 
@@ -143,7 +144,7 @@ def grade_many(
     summary = f"{what}: {len(todo)} graded, {len(skipped)} unchanged since their last grade (skipped; --force)"
     read = {p.submission.name: read_or_none(p.results) for p in planned}  # one student's file stops no analysis
     results = {name: data for name, data in read.items() if data is not None}
-    print_analysis(analyse(results, results_dir), caption=summary)
+    print_analysis(analyse(results, results_dir, figures), caption=summary)
     print(printable(f"{summary}; scores in {results_dir / SCORES}"))
     held = sorted(f"{r['submission']} ({r['held']})" for r in rows if r.get("held"))
     if held:  # zero until the staff read the code and grade it again with --release PROBLEM

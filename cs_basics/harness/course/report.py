@@ -410,8 +410,9 @@ def plot_pass_rates(items: list[dict], path: Path) -> None:
     save(fig, path)
 
 
-def analyse(results: Mapping[str, Mapping], out: Path) -> Analysis:
-    """Write items.csv, problems.csv and the two PNGs into `out` (the PNGs only when there is a result)."""
+def analyse(results: Mapping[str, Mapping], out: Path, figures: bool = True) -> Analysis:
+    """Write items.csv, problems.csv and the two PNGs into `out` (the PNGs only when there is a result, and
+    `figures` is asked: a shard's would draw its slice of the course, which the merge draws whole)."""
     out = Path(out)
     items, problems = item_rows(results), problem_rows(results)
     totals = [total(results[name]) for name in sorted(results)]
@@ -419,7 +420,7 @@ def analyse(results: Mapping[str, Mapping], out: Path) -> Analysis:
     write_atomic(out / ITEMS, csv_text(items, ITEM_FIELDS))
     write_atomic(out / PROBLEMS, csv_text(problems, PROBLEM_FIELDS))
     files = [out / ITEMS, out / PROBLEMS]
-    if results:
+    if results and figures:
         plot_totals(totals, most, out / TOTALS_PNG)
         plot_pass_rates(items, out / PASS_RATES_PNG)
         files += [out / TOTALS_PNG, out / PASS_RATES_PNG]
