@@ -13,7 +13,6 @@ import dataclasses
 import os
 import signal
 import sys
-import tempfile
 import threading
 from pathlib import Path
 from threading import Lock
@@ -37,6 +36,7 @@ from cs_basics.harness.course.shards import resolve_shard, select, submission_fo
 from cs_basics.harness.device import choose_device
 from cs_basics.harness.grading.command import grade_safely, stopping_on_signals
 from cs_basics.harness.grading.pipeline.upload import NotGradable, laid_out, written_files
+from cs_basics.harness.grading.sandbox.folderlock import held_work_folder
 from cs_basics.harness.grading.sandbox.litter import remove_tree
 from cs_basics.harness.grading.sandbox.stopping import STOP, StaffError
 from cs_basics.harness.grading.sandbox.worker import Overlays, Worker
@@ -101,7 +101,9 @@ def grade_many(
     what = f"{len(planned)} submissions" + (f" (shard {shard} of {folder})" if shard else "")
     limits = dataclasses.replace(settings.limits(workers), threads=max(1, len(os.sched_getaffinity(0)) // workers))
     device, queue, lock, failures, warming = choose_device(settings.device), list(todo), Lock(), [], Lock()
-    overlays = Overlays(Path(tempfile.mkdtemp(prefix="cs-basics-overlays-")))  # the course's, made once for all workers
+    # the course's overlays, made once for all workers, in a work folder of the batch's own (locked, as a worker's)
+    overlays_root, overlays_lock = held_work_folder(remove_tree)
+    overlays = Overlays(overlays_root)
     figures = shard is None or shard.count == 1  # a slice's figures are drawn by `cs-basics merge`, of the course whole
 
     def take() -> Planned | None:
@@ -138,6 +140,8 @@ def grade_many(
                 thread.join()
     finally:
         remove_tree(overlays.root)  # once every worker is done with it
+        if overlays_lock is not None:
+            os.close(overlays_lock)
     why = f"not graded: {failures[0]}" if failures else "not graded: grading was stopped"
     rows += [not_graded(p, why) for p in queue]
     write_scores(results_dir / SCORES, rows)
