@@ -25,7 +25,7 @@ from cs_basics.harness.grading.sandbox.worker import Worker
 from cs_basics.harness.grading.writers.results import printable, results_json
 from cs_basics.harness.rule.fromscratch import HELD
 
-from .submissions import ROOT, submission
+from .submissions import ROOT, run, submission
 from .test_sandbox import SANDBOXES
 
 # Prints every input it gets, in full, as a student debugging would.
@@ -166,8 +166,13 @@ def worker(request):
 @pytest.mark.parametrize("kind", sorted(SUBMISSIONS))
 def test_no_hidden_input_reaches_a_field_students_see_at_once(assignment, worker, tmp_path, kind):
     # released: the staff read it (atexit is no module the course allows), so that its code runs as written
-    with Worker(worker.sandbox, Limits(case_seconds=20, released=tuple(assignment.problems))) as released:
-        result = grade(assignment, submission(tmp_path, SUBMISSIONS[kind]), torch.device("cpu"), worker=released)
+    result = run(
+        assignment,
+        submission(tmp_path, SUBMISSIONS[kind]),
+        worker.sandbox,
+        case_seconds=20,
+        released=tuple(assignment.problems),
+    )
     data = json.loads(json.dumps(results_json(result)))
     assert_hidden_stays_hidden(assignment, data, f"{kind} in {worker.sandbox}")
     # the grader did capture what the code printed in the hidden cases (for the staff's API): it is the writer
@@ -187,8 +192,7 @@ def test_a_hidden_case_that_breaks_the_rule_names_itself_only_in_its_own_entry(a
         return _reference_softmax(in_features, dim)
     """
     # released: the staff read it (a name built at run time holds softmax for review), so the run decides
-    with Worker(worker.sandbox, Limits(case_seconds=20, released=("softmax",))) as released:
-        result = grade(assignment, submission(tmp_path, code), torch.device("cpu"), worker=released)
+    result = run(assignment, submission(tmp_path, code), worker.sandbox, case_seconds=20, released=("softmax",))
     data = json.loads(json.dumps(results_json(result)))
     softmax = [t for t in data["tests"] if t["tags"] == ["softmax"]]
     assert sum(t["score"] for t in softmax) == 0
@@ -246,8 +250,9 @@ def test_a_message_for_the_staff_forged_in_a_hidden_case_reaches_no_entry_and_co
         return _reference_softmax(in_features, dim)
     """
     # released: the staff read it (json, os.listdir), so that the forged line is written and the protocol decides
-    with Worker(worker.sandbox, Limits(case_seconds=20, released=tuple(assignment.problems))) as released:
-        result = grade(assignment, submission(tmp_path, code), torch.device("cpu"), worker=released)
+    result = run(
+        assignment, submission(tmp_path, code), worker.sandbox, case_seconds=20, released=tuple(assignment.problems)
+    )
     data = json.loads(json.dumps(results_json(result)))
     forged = hidden_numbers(assignment)["hidden_softmax-grad_dim_0"][0]
     assert forged not in json.dumps(data)
