@@ -36,9 +36,7 @@ def judged(judged_shards, name, tmp_path_factory):
     shard = shard_for(name)
     if shard not in judged_shards:
         folder = tmp_path_factory.mktemp(f"adversarial_results_{shard}")
-        # one worker a shard: the shards run on several xdist workers at once, which keep the cores busy; a second
-        # grading server a shard (a torch import) bought no time on a machine the suite already fills
-        run = grade_all(folder, workers=1, shard=f"{shard}/{SHARDS}", timeout=SHARD_SECONDS)
+        run = grade_all(folder, shard=f"{shard}/{SHARDS}", timeout=SHARD_SECONDS)
         assert run.returncode in (0, 1), run.stderr[-3000:]  # 1: some submission lost points
         graded = [solution for solution in solutions() if shard_for(solution.name) == shard]
         judged_shards[shard] = {j.name: j for j in judge_all(folder, graded)}
