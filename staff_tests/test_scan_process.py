@@ -174,6 +174,14 @@ def test_a_warm_scan_killed_by_a_signal_is_unreadable_and_the_next_scan_reads(as
         warm.close()
 
 
+def fd_target(pid: int, fd: int) -> str | None:
+    """What a process's descriptor is open on ("pipe:[123]"), None where it cannot be read."""
+    try:
+        return os.readlink(f"/proc/{pid}/fd/{fd}")
+    except OSError:
+        return None
+
+
 def test_a_warm_process_that_dies_mid_scan_is_the_staffs_error_not_a_hang(assignment, tmp_path):
     """The warm process killed (the kernel's OOM killer, say) while its child scans: the grader hears its end at
     once, not at the scan's time limit, and the next scan starts a new one. The child is stopped first, so it
@@ -185,6 +193,10 @@ def test_a_warm_process_that_dies_mid_scan_is_the_staffs_error_not_a_hang(assign
         server = warm.process.pid
         thread, answer = scan_in_thread(warm, job_with(assignment, tmp_path, "large", LARGE))
         (scanning,) = wait_for(lambda: children(server))
+        # stopped only once it has set its parent-death signal and put its own pipe over the reply pipe it
+        # inherited (its fd 1): stopped before, it would hold the reply open with no signal to end it, which no
+        # grader can tell from a slow scan (a loaded machine stopped it there once)
+        wait_for(lambda: fd_target(scanning, 1) not in (None, fd_target(server, 1)))
         os.kill(scanning, signal.SIGSTOP)
         os.kill(server, signal.SIGKILL)
         thread.join(SCAN_SECONDS + 60)
@@ -232,6 +244,10 @@ def test_the_warm_process_and_its_child_end_with_the_grader(assignment, tmp_path
         grader.stdin.write(repr(job))
         grader.stdin.close()
         (scanning,) = wait_for(lambda: children(server))
+        # stopped only once it has set its parent-death signal and put its own pipe over the reply pipe it
+        # inherited (its fd 1): stopped before, it would hold the reply open with no signal to end it, which no
+        # grader can tell from a slow scan (a loaded machine stopped it there once)
+        wait_for(lambda: fd_target(scanning, 1) not in (None, fd_target(server, 1)))
         os.kill(scanning, signal.SIGSTOP)
     finally:
         grader.kill()
