@@ -95,22 +95,17 @@ class Worker:
         self.namespaces = namespaces  # False: as where the kernel refuses them (for tests of that case)
         self.limits = limits or Limits()
         self.spawns = not fork_server_runs()  # Windows, macOS: a fresh Python per attempt (SpawnedAttempt)
-        self.uid, self.lease = lease_uid() if is_root() and not self.spawns else (None, None)
-        if self.uid is not None:  # a job's orphans come to the grader, not to a container's init that never reaps
-            become_subreaper()
-        # its jobs' memory counted whatever the mapping; else why not (False: as where none can be made, for tests)
-        self.cgroup: JobCgroup | str | None = None
-        if self.limits.memory_mb and not self.spawns:
-            made = make_job_cgroup(job_memory_mb(self.limits)) if cgroup else "none was asked for"
-            self.cgroup = made
-        self.cgroup_procs = self.cgroup.procs() if isinstance(self.cgroup, JobCgroup) else None
-        # locked while the worker lives: the next worker removes it if this grader dies before it can
-        self.root, self.root_lock = held_work_folder(remove_tree)
-        self.root.chmod(0o711)  # the job's uid passes through to its own folder
-        if self.spawns:
-            install_tool(self.root)
+        self.uid, self.lease = None, None
+        self.cgroup: JobCgroup | str | None = None  # its jobs' memory counted whatever the mapping; else why not
+        self.cgroup_procs: int | None = None
+        self.root, self.root_lock = None, None
         self.server: Server | None = None
-        self.scanner = None if self.spawns else Scanner()  # started at its first scan; a fresh Python where none
+        self.scanner = None
+        try:  # what it holds (a uid, a cgroup, its folder and lock) given back at once if any of it fails
+            self.acquire(cgroup)
+        except BaseException:
+            self.close()
+            raise
         self.jobs = 0
         self.attempts = 0
         self.hide: list[str] = []  # folders no job may see besides the course's (a batch's folder of submissions)
@@ -118,6 +113,21 @@ class Worker:
         self.none_left = False  # no process of the uid is left, and no job started since (known by kill_uid)
         self.swept_left = 0  # without a uid: the processes the server's last sweep could not end
         self.warmed: set[str] = set()  # what the server was asked to import (warm)
+
+    def acquire(self, cgroup: bool) -> None:
+        """The uid (leased), the job cgroup (False: as where none can be made, for tests), the work folder."""
+        self.uid, self.lease = lease_uid() if is_root() and not self.spawns else (None, None)
+        if self.uid is not None:  # a job's orphans come to the grader, not to a container's init that never reaps
+            become_subreaper()
+        if self.limits.memory_mb and not self.spawns:
+            self.cgroup = make_job_cgroup(job_memory_mb(self.limits)) if cgroup else "none was asked for"
+        self.cgroup_procs = self.cgroup.procs() if isinstance(self.cgroup, JobCgroup) else None
+        # locked while the worker lives: the next worker removes it if this grader dies before it can
+        self.root, self.root_lock = held_work_folder(remove_tree)
+        self.root.chmod(0o711)  # the job's uid passes through to its own folder
+        if self.spawns:
+            install_tool(self.root)
+        self.scanner = None if self.spawns else Scanner()  # started at its first scan; a fresh Python where none
 
     def __enter__(self) -> Worker:
         return self
@@ -349,7 +359,8 @@ class Worker:
         if self.lease is not None:  # only once nothing of its jobs is left: the next holder starts clean
             self.lease.close()
             self.lease = None
-        remove_tree(self.root)
+        if self.root is not None:
+            remove_tree(self.root)
         if self.root_lock is not None:
             os.close(self.root_lock)
             self.root_lock = None
