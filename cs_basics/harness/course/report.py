@@ -424,6 +424,9 @@ def analyse(results: Mapping[str, Mapping], out: Path, figures: bool = True) -> 
         plot_totals(totals, most, out / TOTALS_PNG)
         plot_pass_rates(items, out / PASS_RATES_PNG)
         files += [out / TOTALS_PNG, out / PASS_RATES_PNG]
+    else:  # an earlier run's figures in the same folder would show another course, or the whole of it
+        for name in (TOTALS_PNG, PASS_RATES_PNG):
+            (out / name).unlink(missing_ok=True)
     return Analysis(items, problems, totals, most, files)
 
 
