@@ -13,7 +13,7 @@ import pytest
 from cs_basics.cli import main
 from cs_basics.harness.config import Assignment
 from cs_basics.harness.course.regrade import course_parts, plan, read_results, stamp, submission_digest
-from cs_basics.harness.course.report import ReportError, item_rows, load_folder, merge_results, problem_rows
+from cs_basics.harness.course.report import ReportError, analyse, item_rows, load_folder, merge_results, problem_rows
 from cs_basics.harness.course.shards import Shard, ShardError, parse_shard, resolve_shard, select, shard_from_env
 from cs_basics.harness.grading.writers.results import write_results
 
@@ -162,6 +162,20 @@ def test_shards_merged_equal_one_run(course, capsys):
         assert all((tmp / folder / png).read_bytes()[:8] == PNG for png in ("totals.png", "pass_rates.png"))
     for folder in ("shard1", "shard2"):  # a slice's tables, but no figures of a slice: the merge draws the course's
         assert all((tmp / folder / name).is_file() for name in ANALYSIS) and not list((tmp / folder).glob("*.png"))
+
+
+def test_a_shard_run_into_a_folder_of_an_earlier_run_leaves_no_figure_of_that_run(course, tmp_path):
+    """A shard, or a course with no result, draws no figure, and those an earlier run left in its folder go: they
+    showed another course, or the whole of this one."""
+    tmp, _, _ = course
+    results = load_folder(tmp / "shard1")
+    assert list(results) == ["alice"]
+    for figures, given in ((False, results), (True, {})):
+        out = tmp_path / f"out-{figures}"
+        shutil.copytree(tmp / "whole", out)
+        assert all((out / png).is_file() for png in ("totals.png", "pass_rates.png"))
+        analyse(given, out, figures=figures)
+        assert (out / "items.csv").is_file() and not list(out.glob("*.png"))
 
 
 def test_a_merge_told_the_submissions_names_those_a_failed_shard_left_without_a_grade(course, tmp_path, capsys):

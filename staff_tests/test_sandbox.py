@@ -557,6 +557,36 @@ def test_a_new_worker_removes_the_work_folders_only_of_graders_that_died(tmp_pat
             shutil.rmtree(folder, ignore_errors=True)
 
 
+@needs_root
+def test_a_worker_that_fails_to_start_gives_back_its_folder_its_lock_and_its_uid(monkeypatch):
+    """A worker whose start fails after it took its uid's lease, its job cgroup and its locked work folder (here
+    its scan process) gives them all back at once, not when the grader exits."""
+    import cs_basics.harness.grading.sandbox.worker as worker_module
+
+    taken, lease_uid = {}, worker_module.lease_uid
+
+    def leased(*args):
+        taken["uid"], taken["lease"] = lease_uid(*args)
+        return taken["uid"], taken["lease"]
+
+    def held(remove):
+        taken["folder"], taken["lock"] = held_work_folder(remove)
+        return taken["folder"], taken["lock"]
+
+    def no_scanner():
+        raise OSError("no scan process today")
+
+    monkeypatch.setattr(worker_module, "lease_uid", leased)
+    monkeypatch.setattr(worker_module, "held_work_folder", held)
+    monkeypatch.setattr(worker_module, "Scanner", no_scanner)
+    with pytest.raises(OSError, match="no scan process today"):
+        Worker("fallback", Limits())
+    assert taken["lease"].fileno() == -1, "the uid's lease is still held"
+    assert not taken["folder"].exists()
+    with pytest.raises(OSError):
+        os.fstat(taken["lock"])
+
+
 # ---------------------------------------------------------------- many graders on one machine
 
 SLOW_ATTENTION = wrap_attention("import time\ntime.sleep(0.3)")  # correct, and 7 s of jobs in all
@@ -565,6 +595,7 @@ GRADERS, UIDS = 4, 3  # more graders than uids: without leases, two of them take
 
 @needs_root
 @LAST_UIDS
+@pytest.mark.waits  # graders waiting for a uid and for slow correct code
 @pytest.mark.timeout(900)  # four graders at once, one waiting for another's uid: minutes on a loaded 2-core machine
 def test_graders_started_at_once_never_share_a_job_uid(tmp_path):
     """Four graders of two slow correct submissions each, started at once with the jobs' uids narrowed to
@@ -625,6 +656,7 @@ time.sleep(60)
 # ---------------------------------------------------------------- defaults, shown once
 
 
+@pytest.mark.waits  # 40 s of a case's sleeps
 @pytest.mark.parametrize("sandbox", SANDBOXES)
 def test_a_looping_attention_costs_minutes_with_the_default_limits_and_softmax_keeps_its_point(
     assignment, tmp_path, sandbox
@@ -770,6 +802,54 @@ def test_where_root_may_not_make_namespaces_bubblewrap_grades_in_a_user_namespac
     assert data["score"] == pytest.approx(6.0) and "a bubblewrap sandbox in a user namespace" in said, said[:800]
     assert "as uid 6" in said and "its own namespaces" in said, said[:800]
     assert ("the container's /proc" in said) == masked_proc, said[:800]
+
+
+KILLED_WHILE_MAPPING = """
+import os, signal, sys
+from pathlib import Path
+import cs_basics.harness.grading.sandbox.bubblewrap as bubblewrap
+
+fork, read = os.fork, os.read
+def fork_and_say():
+    pid = fork()
+    if pid:
+        Path(sys.argv[1]).write_text(str(pid))
+    return pid
+def read_then_die(fd, n):  # the grader killed once the fork has made its namespace, before the maps
+    read(fd, n)
+    os.kill(os.getpid(), signal.SIGKILL)
+os.fork, os.read = fork_and_say, read_then_die
+bubblewrap.user_namespace(range(61000, 61010))
+"""
+
+
+@needs_root
+def test_the_user_namespaces_fork_ends_with_a_grader_killed_while_it_waits(tmp_path):
+    """The fork that makes bubblewrap's user namespace waits for the grader to write the maps and kill it; a grader
+    killed meanwhile takes it along (else it would wait for ever, holding the worker's locks and descriptors)."""
+    if subprocess.run(["unshare", "--user", "true"], capture_output=True).returncode != 0:
+        pytest.skip("root may not make a user namespace here")
+    said, log = tmp_path / "pid", tmp_path / "stderr"
+    with log.open("wb") as stderr:  # a file, not a pipe: a fork left alive would hold a pipe open
+        done = subprocess.run([sys.executable, "-c", KILLED_WHILE_MAPPING, str(said)], stderr=stderr, timeout=120)
+    assert done.returncode == -signal.SIGKILL, log.read_text()[-2000:]
+    pid = int(said.read_text())
+    deadline = time.monotonic() + 10  # the kernel's death signal is at once; its end may take a moment
+    while time.monotonic() < deadline and running(pid):
+        time.sleep(0.05)
+    left = running(pid)
+    if left:
+        os.kill(pid, signal.SIGKILL)
+    assert not left, f"the fork {pid} outlived its grader"
+
+
+def running(pid: int) -> bool:
+    """Whether `pid` is a process that has not ended (a zombie, waiting for whoever inherited it, has)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] not in "ZX"
 
 
 @pytest.fixture
