@@ -34,6 +34,11 @@ pytest_plugins = ["cs_basics.harness.pytest_plugin"]
 # compile all of torch again (8 of the suite's installs: 612 CPU-s with it, 372 without) and every `uv run` check
 # the environment's 8,600 files
 os.environ.pop("UV_COMPILE_BYTECODE", None)
+# nor do they forbid Python to write its bytecode, as some images and this project's machines do: with
+# PYTHONDONTWRITEBYTECODE inherited, every process in an environment a test installed compiled torch again (about
+# 0.9 CPU-s each: test_downstream_example took 43 CPU-s with it, 31 without). A student's, a staff member's and the
+# platforms' machines write it, and so the tests' processes do (the grading server, `python -I`, always did)
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 # the options of the staff's own run (`PYTEST_ADDOPTS="-rfEs" uv run pytest`) are not a student's: a pytest the
 # tests start in a student's folder reads that folder's settings only (a summary line per failure doubled the
 # lines a test counts)
@@ -64,6 +69,9 @@ def runs_whole_folders(config: pytest.Config) -> bool:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "alone: runs while no other test of this run does (it watches the machine)")
+    config.addinivalue_line(
+        "markers", "waits: spends most of its time waiting, not computing; started first, so others compute meanwhile"
+    )
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
@@ -159,9 +167,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     groups = {item.nodeid: group for item in items if (group := group_of(item)) is not None}
     sizes = collections.Counter(groups.values())
-    # the test that runs alone first (the other workers are still starting), then the largest groups (their
-    # set-ups are the longest), then the rest in the order collected
-    items.sort(key=lambda item: (not item.get_closest_marker("alone"), -sizes.get(groups.get(item.nodeid), 0)))
+    # the test that runs alone first (the other workers are still starting), then those that mostly wait (run last,
+    # two of them left the machine idle for the run's last 40 s), then the largest groups (their set-ups are the
+    # longest), then the rest in the order collected
+    items.sort(
+        key=lambda item: (
+            not item.get_closest_marker("alone"),
+            not item.get_closest_marker("waits"),
+            -sizes.get(groups.get(item.nodeid), 0),
+        )
+    )
     written = Path(f"{path}.{os.getpid()}")
     written.write_text(json.dumps(groups))
     written.replace(path)  # every worker writes the same; whole, never half

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import dataclasses
 import hashlib
 import shutil
 import textwrap
@@ -49,7 +50,7 @@ def wrap_attention(body: str) -> str:
 # keeps its workers for one submission after another (a fresh one cost each test a grading server's start, its
 # torch import, and the course's overlay: about 4 CPU seconds of the suite's, per grading)
 SHARED_WORKERS: collections.OrderedDict[tuple[str, str | None, Limits], Worker] = collections.OrderedDict()
-SHARED_AT_MOST = 2  # each holds a grading server (torch: about 300 MB) and a job uid's lease
+SHARED_AT_MOST = 3  # each holds a grading server (torch: about 300 MB) and a job uid's lease
 
 
 def run(assignment, folder: Path, sandbox: str | None = None, **limits) -> Grade:
@@ -57,8 +58,11 @@ def run(assignment, folder: Path, sandbox: str | None = None, **limits) -> Grade
     for the same sandbox and limits, whose earlier submissions (other tests') can reach nothing of this one, as
     in a course (the isolation between a batch's submissions, which the batteries check, is the product's)."""
     # the sandbox chosen now (a test may have changed what runs here), and as asked (the grade's notes say which)
-    key = (choose_sandbox(sandbox), sandbox, Limits(**limits))
+    asked = Limits(**limits)
+    # what the staff released is the grade's alone (the rule's holds), not the worker's: one worker serves both
+    key = (choose_sandbox(sandbox), sandbox, dataclasses.replace(asked, released=()))
     worker = shared_worker(key)
+    worker.limits = asked
     try:
         return grade(assignment, folder, torch.device("cpu"), worker=worker)
     except BaseException as err:  # a worker that failed is not kept (as grade() says a staff error of its own)
