@@ -94,6 +94,12 @@ def job_uids() -> set[int]:
 def job_uids_under(pid: int) -> set[int]:
     """The job uids of the processes descended from `pid`: this test's grader's jobs, not those of a grader
     that another test (another pytest worker, another checkout) runs meanwhile."""
+    below = processes_under(pid)
+    return {uid for found, uid in process_uids().items() if found in below and UID_BASE <= uid < UID_BASE + UID_COUNT}
+
+
+def processes_under(pid: int) -> set[int]:
+    """The processes descended from `pid`."""
     children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -105,7 +111,7 @@ def job_uids_under(pid: int) -> set[int]:
         for child in children.get(todo.pop(), []):
             below.add(child)
             todo.append(child)
-    return {uid for found, uid in process_uids().items() if found in below and UID_BASE <= uid < UID_BASE + UID_COUNT}
+    return below
 
 
 # ---------------------------------------------------------------- what the submission leaves behind
@@ -492,16 +498,47 @@ def test_ctrl_c_and_a_hang_up_wind_grading_down_as_sigterm_does(tmp_path, sandbo
     killed_mid_case(tmp_path, sandbox, stop)
 
 
-def killed_mid_case(tmp_path, sandbox, kill):
-    loop = wrap_attention("while True:\n    pass")
+@needs_root
+@pytest.mark.parametrize("sandbox", SANDBOXES)
+def test_a_stop_signal_to_every_process_of_the_grading_costs_the_code_nothing(tmp_path, sandbox):
+    """As Slurm's `scancel` does, SIGTERM to every process below the grader (its grading server, the job's), the
+    grader's own never coming or coming late: the case running is not charged to the code (it was "stopped with the
+    grading server"), the grading winds down as on the grader's own stop signal and says why."""
     results = tmp_path / "results.json"
+    grader, _, _ = grading_mid_attention(tmp_path, results, sandbox)
+    try:
+        for pid in processes_under(grader.pid):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGTERM)
+        err = grader.communicate(timeout=DEATH_SECONDS)[1]
+    finally:
+        grader.kill()
+    outputs = [t["output"] for t in json.loads(results.read_text())["tests"]]
+    assert grader.returncode == 128 + signal.SIGTERM, err[-3000:]  # as a stop signal of its own would end it
+    assert not any("stopped with the grading server" in said for said in outputs), outputs
+    assert any("not run: grading was stopped (SIGTERM to the grading server)" in said for said in outputs), outputs
+
+
+def grading_mid_attention(tmp_path, results: Path, sandbox: str) -> tuple[subprocess.Popen, set[int], Path]:
+    """A grader of a looping attention, once its public softmax cases are done and attention loops: the grader, its
+    jobs' uids and its worker's folder."""
+    loop = wrap_attention("while True:\n    pass")
     folders = worker_folders()
     grader = grading_process(submission(tmp_path, loop), results, sandbox)
     try:
         uids = wait_for_new_job(grader)
-        # the public softmax cases are done; attention loops
         work = wait_for_output("softmax-float64", folders, uids, grader)
-        time.sleep(1)
+    except BaseException:
+        grader.kill()
+        raise
+    time.sleep(1)
+    return grader, uids, work
+
+
+def killed_mid_case(tmp_path, sandbox, kill):
+    results = tmp_path / "results.json"
+    grader, uids, work = grading_mid_attention(tmp_path, results, sandbox)
+    try:
         grader.send_signal(kill)
         grader.wait(timeout=DEATH_SECONDS)
         assert gone_within(uids), f"processes of uids {uids} still run {DEATH_SECONDS} s after the grader ended"

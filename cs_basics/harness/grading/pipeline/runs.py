@@ -120,6 +120,15 @@ def run_once(worker: Worker, job: dict, cases: list[str], state: RunState) -> tu
             )
             state.halt(remaining, why)
             return [], False
+        # a job ends as a job told to stop does (status 0, or the signal's), the grading told to stop meanwhile: its
+        # cases are not run, not failed (a moment's wait for the server, which the same signal ends a moment later)
+        told_to_stop = attempt.how in (
+            "exited with status 0",
+            *(f"was killed by signal {s}" for s in ("SIGTERM", "SIGHUP")),
+        )
+        if remaining and (STOP.is_set() or (told_to_stop and attempt.stopped_from_outside(wait=0.5))):
+            state.halt(remaining, f"not run: grading was stopped ({stop_reason()})")
+            return [], False
         if remaining and current is not None:  # the channel closed mid-case: the interpreter died
             memory = worker.killed_for_memory(job_kills) or killed_for_memory(kills)  # its limit, else the machine's
             why = f"the Python process running your code {attempt.how} during this case{memory}"

@@ -22,7 +22,7 @@ from functools import cache
 from typing import TYPE_CHECKING
 
 from cs_basics.harness.grading.sandbox.server import JOB, server_env
-from cs_basics.harness.grading.sandbox.stopping import STOP, StaffError
+from cs_basics.harness.grading.sandbox.stopping import STOP, StaffError, request_stop
 
 if TYPE_CHECKING:
     from cs_basics.harness.grading.sandbox.worker import Worker
@@ -107,7 +107,7 @@ class Attempt:
         try:
             self.server.send({"op": "run", "job": job}, (progress_w, output_w, go_r))
         except OSError:  # the server died since it was found alive (the OOM killer): the job's cases get a verdict
-            self.how = "was stopped with the grading server"
+            self.server_gone()
         for fd in (progress_w, output_w, go_r):
             os.close(fd)
         self.fds = {progress_r: "progress", output_r: "output"}
@@ -166,9 +166,25 @@ class Attempt:
         if message is None:
             return
         if message.get("gone"):
-            self.how = self.how or "was stopped with the grading server"
+            self.server_gone()
         elif message.get("ended") == self.id:
             self.how = message.get("how", "ended")
+
+    def server_gone(self) -> None:
+        """The grading server ended under the job: the job's fault (its memory, as the OOM killer chose), unless a
+        stop signal from outside ended it (stopped_from_outside)."""
+        self.stopped_from_outside(wait=2.0)
+        self.how = self.how or "was stopped with the grading server"
+
+    def stopped_from_outside(self, wait: float) -> bool:
+        """Whether a stop signal from outside ended the grading server (waiting up to `wait` for it to end), which
+        then stops the grading as the grader's own would: Slurm's `scancel` signals every process of the job at
+        once, the job's and the server's before the grader's, maybe. A job of a uid of its own cannot signal the
+        server; where the job has the grader's uid it could, and its end is charged to it as before."""
+        stopped = self.server.stop_signal(wait) if self.worker.uid is not None else None
+        if stopped is not None:
+            request_stop(f"{stopped} to the grading server")
+        return stopped is not None
 
     def end(self) -> None:
         """Kill whatever is left of the job, wait until the server says it ended, close the pipes. A child that

@@ -20,7 +20,7 @@ from cs_basics.harness.grading.sandbox.bubblewrap import (
     interpreter,
 )
 from cs_basics.harness.grading.sandbox.limits import Limits
-from cs_basics.harness.grading.sandbox.stopping import StaffError
+from cs_basics.harness.grading.sandbox.stopping import STOP_SIGNALS, StaffError
 
 # no torch here: `cs-basics grade` starts the grading server (which imports torch) before the grader imports it,
 # so that the two imports run side by side
@@ -100,6 +100,18 @@ class Server:
         except OSError:
             data = b""
         return json.loads(data) if data else {"gone": True}
+
+    def stop_signal(self, wait: float = 2.0) -> str | None:
+        """The stop signal (SIGTERM, SIGINT, SIGHUP) that ended this server, once it has ended; None if none did.
+        The grader never sends one (it ends its servers with SIGKILL), and a job of a uid of its own cannot: it came
+        from outside, as Slurm's `scancel` signals every process of the job at once, the grader's a moment later."""
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(timeout=wait)
+        code = self.process.returncode
+        if code is None:
+            return None
+        number = -code if code < 0 else code - 128  # killed by it, or a sandbox (bwrap) that relays its child's death
+        return signal.Signals(number).name if number in STOP_SIGNALS else None
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
