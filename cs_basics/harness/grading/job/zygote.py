@@ -341,7 +341,6 @@ def run_child(job: dict, progress: int, output: int, go: int) -> None:
         signal.set_wakeup_fd(-1)  # the server's, not the job's
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         signal.signal(signal.SIGTERM, lambda *_: os._exit(0))  # a job's, as it always was: the server's says why
-        signal.signal(signal.SIGHUP, signal.SIG_DFL)
         for fd in WAKE:
             os.close(fd)
         os.setsid()
@@ -581,10 +580,8 @@ def main() -> None:
         JOB_CGROUP[0] = int(sys.argv[2])
         os.set_inheritable(JOB_CGROUP[0], False)
     set_death_signal()  # the grader gone, so is this server (and, through theirs, every child)
-    # a stop signal from outside (Slurm's scancel signals every process of the job) ends it at once, its status
-    # saying which (128 + the signal): the grader then stops grading, and blames no job for it (Server.stop_signal)
-    for stop in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(stop, lambda number, _: os._exit(128 + number))
+    # from outside (Slurm's scancel signals every process of a job): ends at once, saying so (Server.stop_signal)
+    signal.signal(signal.SIGTERM, lambda number, _: os._exit(128 + number))
     with contextlib.suppress(OSError):  # where memory runs out with no job left to end, this server goes (the
         Path("/proc/self/oom_score_adj").write_text("500")  # grader starts another), not the grader
     warm_up()
