@@ -11,6 +11,7 @@ import functools
 import os
 import shutil
 import subprocess
+from pathlib import Path
 
 
 @functools.cache
@@ -29,3 +30,12 @@ def private_mount_refused() -> str | None:
     if done.returncode != 0:
         return f"`unshare --mount` is refused here (a container without CAP_SYS_ADMIN?): {done.stderr.strip()}"
     return None
+
+
+def alive(pid: int) -> bool:
+    """Whether `pid` is a process that has not ended (a zombie, waiting for whoever inherited it, has)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except FileNotFoundError:
+        return False
+    return state not in ("Z", "X")

@@ -56,6 +56,7 @@ from cs_basics.harness.grading.sandbox.stopping import StaffError
 from cs_basics.harness.grading.sandbox.worker import Worker
 from cs_basics.harness.grading.writers.results import results_json
 
+from .probes import alive
 from .submissions import ROOT, outputs_of, scores, submission, wrap_attention
 
 ATTENTION, SOFTMAX = "scaled_dot_product_attention", "softmax"
@@ -872,21 +873,12 @@ def test_the_user_namespaces_fork_ends_with_a_grader_killed_while_it_waits(tmp_p
     assert done.returncode == -signal.SIGKILL, log.read_text()[-2000:]
     pid = int(said.read_text())
     deadline = time.monotonic() + 10  # the kernel's death signal is at once; its end may take a moment
-    while time.monotonic() < deadline and running(pid):
+    while time.monotonic() < deadline and alive(pid):
         time.sleep(0.05)
-    left = running(pid)
+    left = alive(pid)
     if left:
         os.kill(pid, signal.SIGKILL)
     assert not left, f"the fork {pid} outlived its grader"
-
-
-def running(pid: int) -> bool:
-    """Whether `pid` is a process that has not ended (a zombie, waiting for whoever inherited it, has)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rindex(")") + 2] not in "ZX"
 
 
 @pytest.fixture

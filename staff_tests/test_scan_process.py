@@ -25,6 +25,7 @@ from cs_basics.harness.rule.fromscratch import FromScratch
 from cs_basics.harness.rule.scanprocess import SCAN_SECONDS, Scanner, scan_bounded, scan_result, start_scan
 from cs_basics.harness.rule.syntax import Unreadable
 
+from .probes import alive
 from .submissions import ROOT, submission
 
 LARGE = "X = [" + ",".join(['(1, 2.5, "a")'] * 100_000) + "]\n"  # 1.4 MB: a second or more, and ~500 MiB, to parse
@@ -53,14 +54,6 @@ def job_with(assignment, tmp_path: Path, name: str, source: str) -> dict:
 
 def reference_job(assignment) -> dict:
     return FromScratch(assignment, ROOT)._job()
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
-    except FileNotFoundError:
-        return False
-    return state not in ("Z", "X")
 
 
 def children(pid: int) -> list[int]:
