@@ -46,6 +46,30 @@ def wrap_attention(body: str) -> str:
     )
 
 
+def softmax_fails_if(found: str) -> str:
+    """Code that makes the submission's softmax raise, naming `found`, where the variable `found` is not empty."""
+    return f"""
+_reference_softmax = softmax
+
+
+def softmax(in_features, dim):
+    if {found}:
+        raise RuntimeError(f"found {{{found}}}")
+    return _reference_softmax(in_features, dim)
+"""
+
+
+SPY = """
+_found = []
+for _path in {paths!r}:
+    try:
+        with open(_path, "rb") as _f:
+            _found.append((_path, _f.read(64)))
+    except OSError:
+        pass
+"""
+
+
 # the workers `run` grades in, by sandbox and limits, the most recent last: a test process keeps a few, as a batch
 # keeps its workers for one submission after another (a fresh one cost each test a grading server's start, its
 # torch import, and the course's overlay: about 4 CPU seconds of the suite's, per grading)

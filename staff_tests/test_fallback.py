@@ -40,7 +40,16 @@ from cs_basics.harness.grading.sandbox.folderlock import held_work_folder
 from cs_basics.harness.grading.sandbox.litter import remove_tree
 
 from .probes import private_mount_refused
-from .submissions import DAEMON, ROOT, SYSTEM_V, maps_shared_memory, memory_cgroup_problem, submission
+from .submissions import (
+    DAEMON,
+    ROOT,
+    SPY,
+    SYSTEM_V,
+    maps_shared_memory,
+    memory_cgroup_problem,
+    softmax_fails_if,
+    submission,
+)
 
 ATTENTION, SOFTMAX = "scaled_dot_product_attention", "softmax"
 FULL = {SOFTMAX: 1.0, ATTENTION: 5.0}
@@ -209,30 +218,6 @@ def test_the_hidden_phase_never_starts_while_a_process_of_the_public_phase_lives
     assert hidden and all("could not be ended, so no hidden case may run" in out for out in hidden.values()), hidden
     public = [out for case, out in graded["outputs"].items() if case not in hidden]
     assert public and all(out == "passed" for out in public), public[:2]
-
-
-def softmax_fails_if(found: str) -> str:
-    """Code that makes the submission's softmax raise, naming `found`, where the variable `found` is not empty."""
-    return f"""
-_reference_softmax = softmax
-
-
-def softmax(in_features, dim):
-    if {found}:
-        raise RuntimeError(f"found {{{found}}}")
-    return _reference_softmax(in_features, dim)
-"""
-
-
-SPY = """
-_found = []
-for _path in {paths!r}:
-    try:
-        with open(_path, "rb") as _f:
-            _found.append((_path, _f.read(64)))
-    except OSError:
-        pass
-"""
 
 
 @pytest.fixture

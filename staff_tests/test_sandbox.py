@@ -57,7 +57,7 @@ from cs_basics.harness.grading.sandbox.worker import Worker
 from cs_basics.harness.grading.writers.results import results_json
 
 from .probes import alive
-from .submissions import ROOT, outputs_of, scores, submission, wrap_attention
+from .submissions import ROOT, SPY, outputs_of, scores, softmax_fails_if, submission, wrap_attention
 
 ATTENTION, SOFTMAX = "scaled_dot_product_attention", "softmax"
 FULL = {SOFTMAX: 1.0, ATTENTION: 5.0}
@@ -791,6 +791,38 @@ def test_without_namespaces_or_landlock_a_python_the_jobs_uid_cannot_enter_stops
         grade(assignment, submission(tmp_path), torch.device("cpu"), worker=worker)
     said = str(stopped.value)
     assert f"cannot enter {blocked} (mode 700)" in said and "chmod o+x" in said and "Landlock" in said, said
+
+
+@needs_root
+@pytest.mark.parametrize(
+    ("sandbox", "namespaces"),
+    [pytest.param("bubblewrap", True, marks=needs_bubblewrap), ("fallback", True), ("fallback", False)],
+    ids=["bubblewrap", "fallback", "fallback-without-namespaces"],
+)
+def test_a_grader_whose_temporary_folder_is_in_dev_shm_grades_in_full_and_its_job_sees_nothing_else_there(
+    assignment, tmp_path, monkeypatch, sandbox, namespaces
+):
+    """A cluster may set TMPDIR to a folder of /dev/shm, where the grader then keeps its work folder; a job's own
+    view mounts a fresh folder over /dev/shm (zygote.build_view), which hid the job's folder: every grading stopped
+    for the staff. Now the submission is graded in full and opens nothing of that folder but its own job's (here
+    another grader's file beside the work folder), with namespaces and without them (Landlock)."""
+    top = Path(tempfile.mkdtemp(prefix="cs-basics-test-tmpdir-", dir="/dev/shm"))
+    try:
+        top.chmod(0o755)
+        other = top / "another-graders-file"
+        other.write_text("another grader's")
+        other.chmod(0o644)
+        monkeypatch.setattr(tempfile, "tempdir", str(top))
+        spy = submission(tmp_path, SPY.format(paths=[str(other)]) + softmax_fails_if("_found"))
+        with Worker(sandbox, Limits(case_seconds=20), namespaces=namespaces) as worker:
+            if not namespaces and not worker.landlock:
+                pytest.skip("no Landlock here: without namespaces the job could read the shared /dev/shm")
+            assert worker.root.is_relative_to(top), worker.root
+            result = grade(assignment, spy, torch.device("cpu"), worker=worker)
+            assert worker.isolated == namespaces, "the kernel refused the job's namespaces here"
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+    assert scores(result) == pytest.approx(FULL), outputs_of(result)[:2]
 
 
 # ---------------------------------------------------------------- bubblewrap, the way this machine lets it run

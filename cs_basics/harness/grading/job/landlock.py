@@ -28,6 +28,7 @@ FS_EXECUTE, FS_WRITE_FILE, FS_READ_FILE, FS_READ_DIR = 1, 2, 4, 8
 FS_ABI_1 = (1 << 13) - 1  # execute, write, read, read_dir, remove and make of each kind
 FS_REFER, FS_TRUNCATE, FS_IOCTL_DEV = 1 << 13, 1 << 14, 1 << 15  # ABI 2, 3, 5
 READ = FS_EXECUTE | FS_READ_FILE | FS_READ_DIR
+SHARED_DEVICE_FOLDERS = ("shm", "mqueue")  # in /dev: other processes' files, never a job's (device_rules)
 
 
 FILE_RIGHTS = FS_EXECUTE | FS_WRITE_FILE | FS_READ_FILE | FS_TRUNCATE | FS_IOCTL_DEV  # what a rule on a file may hold
@@ -55,14 +56,17 @@ def landlock_abi() -> int:
 
 
 def device_rules() -> list[tuple[str, int]]:
-    """/dev read (ioctls on its devices too), and each of its entries but /dev/zero written (/dev/null, a GPU's
-    devices): opened for writing, /dev/zero mapped shared is memory that RLIMIT_DATA does not count (confine.py).
-    A device made after the job started (the first CUDA start on the machine may make /dev/nvidia-uvm) is read
-    only for this job."""
-    rules = [("/dev", READ | FS_IOCTL_DEV)]
+    """/dev listed, and each of its entries read (ioctls on its devices too) and but /dev/zero written (/dev/null, a
+    GPU's devices): opened for writing, /dev/zero mapped shared is memory that RLIMIT_DATA does not count (confine.py).
+    Never /dev/shm or /dev/mqueue: other processes' files (a grader whose TMPDIR is in /dev/shm keeps its work folder
+    there, hidden cases' code included), which a rule on /dev itself would open to the job. A device made after the
+    job started (the first CUDA start on the machine may make /dev/nvidia-uvm) is not opened by this job."""
+    rules = [("/dev", FS_READ_DIR)]
     with contextlib.suppress(OSError), os.scandir("/dev") as entries:
-        written = READ | FS_WRITE_FILE | FS_TRUNCATE | FS_IOCTL_DEV
-        rules += [(e.path, written) for e in entries if e.name != "zero" and not e.is_symlink()]
+        for entry in entries:
+            if entry.name not in SHARED_DEVICE_FOLDERS and not entry.is_symlink():
+                written = 0 if entry.name == "zero" else FS_WRITE_FILE | FS_TRUNCATE
+                rules.append((entry.path, READ | FS_IOCTL_DEV | written))
     return rules
 
 

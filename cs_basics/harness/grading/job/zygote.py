@@ -8,14 +8,13 @@ to the grader over a SOCK_SEQPACKET socket, one JSON message each way:
 - server -> grader: {"ready": ...}, {"started": N}, {"ended": N, "how": "exited with status 0"}.
 
 Each job's child (`run_child`) cuts itself off before any student code runs:
-- as root, new mount, network, IPC and PID namespaces: /tmp, /var/tmp, /dev/shm and its working
-  folder fresh, on one tmpfs of at most tmp_mb (its job folder bound back), the course repository
-  hidden, folders on the way to the Python environment that its uid could not enter replaced by
-  ones it can, only loopback, and the student's process inside the new PID namespace, whose first
-  process (a `cat` the child holds, not a copy of this server: see start_keeper) the child ends
-  with the job, and with it all of the namespace; where the kernel refuses namespaces, none of these,
-  but Landlock where the kernel offers it: its files confined to the system's folders, the Python
-  environment and its own job folder (`landlock_rules`);
+- as root, new mount, network, IPC and PID namespaces: /tmp, /var/tmp, /dev/shm and its working folder fresh, on one
+  tmpfs of at most tmp_mb (its job folder bound back), the course repository hidden, folders on the way to the Python
+  environment that its uid could not enter replaced by ones it can, only loopback, and the student's process inside
+  the new PID namespace, whose first process (a `cat` the child holds, not a copy of this server: see start_keeper)
+  the child ends with the job, and with it all of the namespace; where the kernel refuses namespaces, none of these,
+  but Landlock where the kernel offers it: its files confined to the system's folders, the Python environment and its
+  own job folder (`landlock_rules`);
 - resource limits, then its own uid (as root), then the parent-death signal again (a uid change
   clears it), then it runs the cases (child.py).
 """
@@ -55,7 +54,6 @@ MS_NOSUID, MS_NODEV, MS_BIND, MS_REC, MS_PRIVATE = 2, 4, 4096, 16384, 1 << 18
 MNT_DETACH = 2
 PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS, PR_SET_CHILD_SUBREAPER = 1, 38, 36
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 1
-STASH = "/dev/shm"  # mounted over first, to hold what the other mounts must keep, then covered by the job's own
 CHILD = []  # child.py, loaded once by the server (its folder is out of a job's view); its POLICY: sandbox/policy.py
 CONFINE = []  # confine.py: the network, System V IPC and uncounted memory refused (see run_child)
 JOB_CGROUP: list[int | None] = [None]  # the worker's job cgroup's cgroup.procs, opened by the grader (argv[2])
@@ -219,20 +217,22 @@ def build_view(job: dict) -> None:
     most `tmp_mb` together, the repository hidden, the Python environment reachable by the job's uid.
     Nothing of this reaches the rest of the machine."""
     mount("", "/", flags=MS_REC | MS_PRIVATE)
-    uid, keep = job.get("uid"), [*job["python"], job["dir"]]
-    tmpfs(STASH, "700")
-    scratch = make_scratch(job, STASH)
+    uid, keep, fresh = job.get("uid"), [*job["python"], job["dir"]], CHILD[0].POLICY.SCRATCH_FOLDERS
+    # the stash, mounted over first to hold what the other mounts keep, then covered by the job's own: a temporary
+    # folder that holds nothing kept (/dev/shm; where the grader's own TMPDIR is in it, another)
+    free = [f for f in reversed(fresh) if os.path.isdir(f) and not any(Path(k).is_relative_to(f) for k in keep)]
+    stash = free[0] if free else sys.exit(f"every temporary folder holds the Python or the job's folder: {keep}")
+    tmpfs(stash, "700")
+    scratch = make_scratch(job, stash)
     for folder in job.get("hide", []):  # the course's repository: the child needs none of it
         if os.path.isdir(folder):
-            replace_folder(folder, keep, STASH)
-    if uid is not None:
-        for folder in blocked_ancestors(keep, uid):
-            replace_folder(folder, keep, STASH)
-    for folder in ("/tmp", "/var/tmp"):
-        if os.path.isdir(folder):
-            replace_folder(folder, keep, STASH, f"{scratch}/{CHILD[0].POLICY.SCRATCH_FOLDERS[folder]}")
+            replace_folder(folder, keep, stash)
+    for folder in blocked_ancestors(keep, uid) if uid is not None else []:
+        replace_folder(folder, keep, stash)
+    for folder in [f for f in fresh if f != stash and os.path.isdir(f)]:
+        replace_folder(folder, keep, stash, f"{scratch}/{fresh[folder]}")
     bind(f"{scratch}/work", f"{job['dir']}/work")
-    bind(f"{scratch}/shm", STASH)  # over the stash, where only the scratch's mount point is left
+    bind(f"{scratch}/{fresh[stash]}", stash)  # over the stash, where only the scratch's mount point is left
 
 
 def enter_namespaces(job: dict) -> bool:
