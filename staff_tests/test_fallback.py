@@ -3,7 +3,7 @@ containers (root with the default capabilities: no CAP_SYS_ADMIN, so no namespac
 has no `kill` program): each test grades in a worker made with `namespaces=False`, under the job's own uid.
 
 This machine's Python lives under /root (mode 700), which a job's uid cannot enter: the grader opens the
-environment's folders before the uid changes (zygote.reach_python, under Landlock; on a kernel without it, /root
+environment's folders before the uid changes (reach.reach_python, under Landlock; on a kernel without it, /root
 is an empty folder anyone may enter with the Python bound back), as in a root container with the checkout
 under /root. Each grading here runs in a private mount namespace of its own (`unshare --mount`) where, as a test
 asks, `kill` and `setpriv` are gone (/dev/null bound over them), or the checkout's .venv lies in a closed folder

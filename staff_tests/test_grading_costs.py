@@ -203,10 +203,10 @@ if _os.getpid() != 1 and _os.path.isfile("/proc/1/status"):  # in the job's own 
 
 
 @needs_root
-def test_a_phase_copies_the_grading_server_twice_not_three_times(assignment, tmp_path):
+def test_the_namespaces_first_process_is_no_copy_of_the_grading_server(assignment, tmp_path):
     """The namespace's first process is a small program (zygote.start_keeper), not a fork of the server, whose
-    torch-sized page tables every fork copies and every end frees: the job's child (outside the namespace)
-    and the student's process are the only copies."""
+    torch-sized page tables every fork copies and every end frees: the student's process is the only copy (test_sandbox:
+    it is the server's own child)."""
     # os.getpid is off the allowlist: both problems released, as staff would after reading it, so that the
     # probe's import (which raises where the namespace's first process is a Python) decides, not the rule's hold
     with Worker(None, Limits(released=tuple(assignment.problems))) as worker:

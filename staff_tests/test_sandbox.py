@@ -115,6 +115,58 @@ def processes_under(pid: int) -> set[int]:
     return below
 
 
+SLEEPS_IN_ITS_FIRST_ATTENTION = """
+import time as _time
+
+_slept = []
+_reference_attention = scaled_dot_product_attention
+
+
+def scaled_dot_product_attention(Q, K, V, mask=None):
+    if not _slept:
+        _slept.append(_time.sleep(3))
+    return _reference_attention(Q, K, V, mask)
+"""
+
+
+@needs_root
+def test_the_student_process_is_the_servers_own_child_one_copy_of_the_server_a_phase(assignment, worker, tmp_path):
+    """The server makes each job's PID namespace, its keeper first: the child it forks next is the student's process
+    itself, the only copy of the server (and of torch's page tables, copied at the fork and freed at the end) in a
+    phase. Before, the child forked the student's process: two copies a phase. Seen from outside while the first
+    attention case sleeps: the process of the job's uid is a child of the server."""
+    if not worker.isolated:
+        pytest.skip(NO_NAMESPACES)
+    found: list[tuple[int, int]] = []
+    grading = threading.Thread(
+        target=graded, args=(assignment, worker, submission(tmp_path, SLEEPS_IN_ITS_FIRST_ATTENTION)), daemon=True
+    )
+    grading.start()
+    end = time.monotonic() + 120
+    while grading.is_alive() and not found and time.monotonic() < end:
+        below = processes_under(worker.server.process.pid)
+        server = min(below | {worker.server.process.pid}, key=lambda pid: (not is_server(pid), pid))
+        found = [(pid, parent_of(pid)) for pid in below if process_uids().get(pid) == worker.uid]
+        time.sleep(0.05)
+    grading.join(timeout=120)
+    assert found, "no process of the job's uid was seen while the case slept"
+    assert all(parent == server for _, parent in found), (found, server)
+
+
+def is_server(pid: int) -> bool:
+    """Whether `pid` runs zygote.py (the server, or a copy of it), not bubblewrap starting it."""
+    with contextlib.suppress(OSError):
+        args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        return any(arg.endswith(b"zygote.py") for arg in args) and not args[0].endswith(b"bwrap")
+    return False
+
+
+def parent_of(pid: int) -> int | None:
+    with contextlib.suppress(OSError, IndexError, ValueError):
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    return None
+
+
 # ---------------------------------------------------------------- what the submission leaves behind
 
 
@@ -766,7 +818,7 @@ def closed_folder() -> str | None:
 def test_without_namespaces_a_python_the_jobs_uid_cannot_enter_is_reached_and_graded_in_full(assignment, tmp_path):
     """Here Python lives under /root (mode 700), as in a root container with the checkout under /root: without
     namespaces the grader opens the environment's folders before the uid changes and the job imports through
-    them (zygote.reach_python), under Landlock; the submission is graded in full, with no chmod."""
+    them (reach.reach_python), under Landlock; the submission is graded in full, with no chmod."""
     if closed_folder() is None:
         pytest.skip("every folder on the way to this Python is open to other users")
     with Worker("fallback", Limits(case_seconds=20), namespaces=False) as worker:

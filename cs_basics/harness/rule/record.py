@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from cs_basics.harness.rule.evidence import Channel
 
 # torch's folder as its files are named: where the grader reaches the Python environment through a descriptor
-# (zygote.reach_python), the modules a job loads name it so, and those loaded before it by its real path
+# (reach.reach_python), the modules a job loads name it so, and those loaded before it by its real path
 TORCH_DIRS = tuple({str(Path(torch.__file__).parent), str(Path(torch.__file__).resolve().parent)})
 # the calls that take a dispatch mode off the stack or keep operators from reaching it
 SWITCHES = {

@@ -10,9 +10,11 @@ to the grader over a SOCK_SEQPACKET socket, one JSON message each way:
 Each job's child (`run_child`) cuts itself off before any student code runs:
 - as root, new mount, network, IPC and PID namespaces: /tmp, /var/tmp, /dev/shm and its working folder fresh, on one
   tmpfs of at most tmp_mb (its job folder bound back), the course repository hidden, folders on the way to the Python
-  environment that its uid could not enter replaced by ones it can, only loopback, and the student's process inside
-  the new PID namespace, whose first process (a `cat` the child holds, not a copy of this server: see start_keeper)
-  the child ends with the job, and with it all of the namespace; where the kernel refuses namespaces, none of these,
+  environment that its uid could not enter replaced by ones it can, only loopback, and the child itself the student's
+  process, the second of a PID namespace this server made for it, whose first (a `cat` this server holds, not a copy
+  of it: see start_keeper, pid_namespace) it ends with the job, and with it all of the namespace (where the server
+  could not make it, the child makes it and forks the student's process); where the kernel refuses namespaces, none
+  of these,
   but Landlock where the kernel offers it: its files confined to the system's folders, the Python environment and its
   own job folder (`landlock_rules`);
 - resource limits, then its own uid (as root), then the parent-death signal again (a uid change
@@ -33,7 +35,6 @@ import socket
 import struct
 import sys
 import time
-import types
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -48,6 +49,7 @@ def load(name: str):
 
 
 LANDLOCK = load("landlock")  # the files of a job without namespaces, confined (landlock.py)
+REACH = load("reach")  # the folders on the way to the Python environment, and the environment reached (reach.py)
 libc = ctypes.CDLL(None, use_errno=True)
 CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWPID, CLONE_NEWNET = 0x20000, 0x08000000, 0x20000000, 0x40000000
 MS_NOSUID, MS_NODEV, MS_BIND, MS_REC, MS_PRIVATE = 2, 4, 4096, 16384, 1 << 18
@@ -103,18 +105,6 @@ def loopback_up() -> None:
 # ---------------------------------------------------------------- the child's view of the machine
 
 
-def blocked_ancestors(paths: list[str], uid: int) -> list[str]:
-    """The highest folders on the way to `paths` that `uid` may not enter (a Python under /root)."""
-    found = []
-    for path in paths:
-        for folder in [*reversed(Path(path).parents), Path(path)]:
-            st = folder.stat()
-            if not (st.st_mode & 0o001 or (st.st_uid == uid and st.st_mode & 0o100)):
-                found.append(str(folder))
-                break
-    return sorted({f for f in found if not any(f != g and Path(f).is_relative_to(g) for g in found)})
-
-
 def replace_folder(target: str, keep: list[str], stash: str, fresh: str | None = None) -> None:
     """A fresh folder over `target` (an empty root-only tmpfs, or the folder `fresh` bound there), with
     each path of `keep` (inside it) bound back where it was."""
@@ -131,71 +121,6 @@ def replace_folder(target: str, keep: list[str], stash: str, fresh: str | None =
         bind(spot, path)
         umount(spot)
         os.rmdir(spot)
-
-
-def visible(paths: list[str], job: dict) -> list[str]:
-    """`paths` but those that are, or hold, a folder the job must not see (the course's repository)."""
-    hidden = [Path(h) for h in job.get("hide", [])]
-    return [p for p in paths if not any(h.is_relative_to(p) for h in hidden)]
-
-
-# ---------------------------------------------------------------- the Python environment, without namespaces
-
-REACH_FD = 900  # the lowest number of the descriptors that reach the Python environment (under the channel's 960)
-
-
-def reach_python(job: dict, import_paths: list[str]) -> list[str]:
-    """Without namespaces, as root, before the uid changes: each folder of the Python environment (and import
-    path) on the way to which a folder is closed to the job's uid (a Python, or a checkout's .venv, under /root,
-    mode 700) is opened now, and from here on reached through /proc/self/fd/N: the kernel follows that link to
-    the folder itself, checking no folder above it (descriptors survive the uid change). sys.path, the sys
-    prefixes, every loaded package's __path__ and module's __file__ name it so; what the job imports from then on
-    loads through it. Only under Landlock (`landlock_rules`: its files confined to these folders, its own and the
-    system's), since ".." from such a folder leads to the folders between it and the closed one. Returns the
-    import paths as the job sees them."""
-    uid, roots = job["uid"], {}
-    wanted = sorted(set(visible([*job["python"], *import_paths], job)), key=len)  # the outermost first
-    for path in wanted:
-        if any(path == r or path.startswith(r + os.sep) for r in roots) or not blocked_ancestors([path], uid):
-            continue
-        fd = os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-        lowest = REACH_FD if soft == resource.RLIM_INFINITY else max(min(REACH_FD, soft - 128), 3)
-        moved = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, lowest)
-        os.close(fd)
-        roots[path] = f"/proc/self/fd/{moved}"
-    if roots:
-        name_reached(roots)
-    return [reached(p, roots) for p in import_paths]
-
-
-def reached(path: str, roots: dict[str, str]) -> str:
-    """`path` as the job reaches it: through the descriptor of the folder of `roots` that holds it."""
-    for root, through in roots.items():
-        if path == root or path.startswith(root + os.sep):
-            return through + path[len(root) :]
-    return path
-
-
-def name_reached(roots: dict[str, str]) -> None:
-    """sys.path, the prefixes, and every loaded module's __path__, __file__ and spec, through `roots`."""
-    sys.path[:] = [reached(p, roots) for p in sys.path]
-    sys.path_importer_cache.clear()
-    for name in ("prefix", "exec_prefix", "base_prefix", "base_exec_prefix"):
-        setattr(sys, name, reached(getattr(sys, name), roots))
-    for module in list(sys.modules.values()):
-        names = getattr(module, "__dict__", None) if isinstance(module, types.ModuleType) else None
-        if not names:
-            continue
-        spec = names.get("__spec__")
-        found = (names.get("__path__"), getattr(spec, "submodule_search_locations", None))
-        for paths in {id(p): getattr(p, "_path", p) for p in found}.values():  # a namespace package's holds a list
-            if isinstance(paths, list):
-                paths[:] = [reached(p, roots) if isinstance(p, str) else p for p in paths]
-        if isinstance(names.get("__file__"), str):
-            names["__file__"] = reached(names["__file__"], roots)
-        if isinstance(getattr(spec, "origin", None), str) and getattr(spec, "has_location", False):
-            spec.origin = reached(spec.origin, roots)
 
 
 def make_scratch(job: dict, stash: str) -> str:
@@ -227,7 +152,7 @@ def build_view(job: dict) -> None:
     for folder in job.get("hide", []):  # the course's repository: the child needs none of it
         if os.path.isdir(folder):
             replace_folder(folder, keep, stash)
-    for folder in blocked_ancestors(keep, uid) if uid is not None else []:
+    for folder in REACH.blocked_ancestors(keep, uid) if uid is not None else []:
         replace_folder(folder, keep, stash)
     for folder in [f for f in fresh if f != stash and os.path.isdir(f)]:
         replace_folder(folder, keep, stash, f"{scratch}/{fresh[folder]}")
@@ -235,9 +160,10 @@ def build_view(job: dict) -> None:
     bind(f"{scratch}/{fresh[stash]}", stash)  # over the stash, where only the scratch's mount point is left
 
 
-def enter_namespaces(job: dict) -> bool:
-    """As root: new namespaces for this child and what it starts; False where the kernel refuses them."""
-    if libc.unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWNET | CLONE_NEWPID) != 0:
+def enter_namespaces(job: dict, pid: bool = True) -> bool:
+    """As root: new namespaces for this child and what it starts (its PID namespace too unless the server made it:
+    ForkServer.pid_namespace); False where the kernel refuses them."""
+    if libc.unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWNET | (CLONE_NEWPID if pid else 0)) != 0:
         return False
     build_view(job)
     with contextlib.suppress(OSError):
@@ -291,7 +217,7 @@ def landlock_rules(job: dict, import_paths: list[str]) -> list[tuple[str, int]]:
     a folder the job must not see is left out), not another job's folder, not the shared temporary folders
     (the job's temporary files go to its working folder)."""
     policy, ll = CHILD[0].POLICY, LANDLOCK
-    readable = visible([*policy.SYSTEM_FOLDERS, *job["python"], *import_paths], job)
+    readable = REACH.visible([*policy.SYSTEM_FOLDERS, *job["python"], *import_paths], job)
     folder, written = job["dir"], ll.FS_ABI_1 | ll.FS_REFER | ll.FS_TRUNCATE
     rules = [(path, ll.READ) for path in readable]
     rules += [*ll.device_rules(), (folder, ll.READ)]
@@ -316,7 +242,7 @@ def relay(pid: int, keeper: int | None = None) -> None:
             os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status))
 
 
-def start_keeper(progress: int) -> tuple[int, int] | None:
+def start_keeper(job_fds: list[int]) -> tuple[int, int] | None:
     """The new PID namespace's first process: `cat` reading a pipe this process holds, started without copying
     this process (posix_spawn: a fork of it would copy torch's page tables, and free them at its end, at
     each phase of each job). It runs no code of ours and reaps nothing; it ends when this process kills it,
@@ -324,7 +250,7 @@ def start_keeper(progress: int) -> tuple[int, int] | None:
     if KEEPER is None:
         return None
     read, write = os.pipe2(os.O_CLOEXEC)
-    actions = [(os.POSIX_SPAWN_DUP2, read, 0), (os.POSIX_SPAWN_CLOSE, progress)]
+    actions = [(os.POSIX_SPAWN_DUP2, read, 0), *((os.POSIX_SPAWN_CLOSE, fd) for fd in job_fds)]
     actions += [(os.POSIX_SPAWN_OPEN, fd, os.devnull, os.O_WRONLY, 0) for fd in (1, 2)]
     try:  # no fallback past this point: a first process that failed to start has ended the namespace
         pid = os.posix_spawn(KEEPER, [KEEPER], {}, file_actions=actions)
@@ -333,9 +259,10 @@ def start_keeper(progress: int) -> tuple[int, int] | None:
     return pid, write
 
 
-def run_child(job: dict, progress: int, output: int, go: int) -> None:
+def run_child(job: dict, progress: int, output: int, go: int, in_pid_namespace: bool = False) -> None:
     """In the forked child: isolate, then run the job's cases (whose inputs the grader writes once the child
-    says, on `progress`, that it has imported the submission, and then tells it so on `go`). Never returns."""
+    says, on `progress`, that it has imported the submission, and then tells it so on `go`). Never returns.
+    `in_pid_namespace`: forked into the job's PID namespace, whose keeper the server started: no fork here."""
     try:
         os.set_inheritable(go, False)  # no program the code starts holds it
         signal.set_wakeup_fd(-1)  # the server's, not the job's
@@ -353,11 +280,11 @@ def run_child(job: dict, progress: int, output: int, go: int) -> None:
         # the job's memory counted whatever the mapping: in the worker's job cgroup, else what it would not count
         # is refused (confine.py), and before any fork, so that every process of the job is in it
         refuse_shared_memory = not CONFINE[0].join_cgroup(JOB_CGROUP[0]) and bool(job["limits"].get("memory_mb"))
-        isolated = os.getuid() == 0 and job.get("namespaces", True) and enter_namespaces(job)
+        isolated = os.getuid() == 0 and job.get("namespaces", True) and enter_namespaces(job, not in_pid_namespace)
         if isolated and refuse_shared_memory:
             CONFINE[0].seal_dev_zero()
-        if isolated:  # this process stays outside the new PID namespace: its first child is the first inside
-            kept = start_keeper(progress)
+        if isolated and not in_pid_namespace:  # this process stays outside the new PID namespace: its first child
+            kept = start_keeper([progress])  # is the first inside
             if kept is None:  # a copy of this process as the first, which reaps orphans; the student's below it
                 first = os.fork()
                 if first:
@@ -369,16 +296,16 @@ def run_child(job: dict, progress: int, output: int, go: int) -> None:
             if kept is not None:
                 os.close(kept[1])
             set_death_signal()
-            if OWN_PROC[0]:  # else the container's, bound by bubblewrap (see namespaces_allowed)
-                mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV)
+        if isolated and OWN_PROC[0]:  # else the container's, bound by bubblewrap (see namespaces_allowed)
+            mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV)
         limit(job)
         import_paths = [p for p in sys.path if p and os.path.isdir(p)]  # seen before the uid changes
         abi = 0 if isolated else job.get("landlock", 0)  # the files of a job without namespaces, confined
         ruleset = LANDLOCK.landlock_ruleset(landlock_rules(job, import_paths), abi) if abi else None
         if not isolated:  # the course's repository (an editable install's path) is no import path of the job's
-            import_paths = visible(import_paths, job)
+            import_paths = REACH.visible(import_paths, job)
         if ruleset is not None and job.get("uid") is not None:
-            import_paths = reach_python(job, import_paths)
+            import_paths = REACH.reach_python(job, import_paths)
         become(job.get("uid"))
         CHILD[0].install_filter(
             CONFINE[0].confinement_program(os.uname().machine, refuse_shared_memory, CHILD[0].POLICY)
@@ -475,6 +402,8 @@ class ForkServer:
     def __init__(self, sock: socket.socket):
         self.sock = sock
         self.jobs: dict[int, int] = {}  # pid -> job id
+        self.keepers: dict[int, tuple[int, int]] = {}  # a job's pid -> its PID namespace's keeper (start_keeper)
+        self.own_pid_namespace: int | None = None  # where this server's children go back to (pid_namespace)
         # orphans of a job (a double fork, setsid) become this server's children, not init's: where
         # there is no uid of the job's own to kill by (a grader that is not root), `sweep` ends them
         libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
@@ -484,6 +413,9 @@ class ForkServer:
 
     def serve(self) -> None:
         namespaces, OWN_PROC[0] = namespaces_allowed()
+        if namespaces and KEEPER is not None:
+            with contextlib.suppress(OSError):
+                self.own_pid_namespace = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
         self.send(
             ready=True,
             pid=os.getpid(),
@@ -513,10 +445,16 @@ class ForkServer:
         if message.get("op") == "run":
             job = message["job"]
             import_libraries(job.get("warm", []))  # those the grader saw the code name (worker.WARM_ON_REQUEST)
+            keeper = self.pid_namespace(job, fds)
             pid = os.fork()
             if pid == 0:
                 self.sock.close()
-                run_child(job, *fds)
+                for _, end in [*self.keepers.values(), *([keeper] if keeper else [])]:
+                    os.close(end)  # no job may end another's namespace (nor its own: its end does)
+                run_child(job, *fds, in_pid_namespace=keeper is not None)
+            if keeper is not None:
+                _check(libc.setns(self.own_pid_namespace, CLONE_NEWPID), "setns")  # the next child: as before
+                self.keepers[pid] = keeper
             for fd in fds:
                 os.close(fd)
             self.jobs[pid] = job["id"]
@@ -532,6 +470,18 @@ class ForkServer:
                     with contextlib.suppress(ProcessLookupError):
                         os.killpg(pid, signal.SIGKILL)  # its session; with namespaces, all of it
                         os.kill(pid, signal.SIGKILL)
+
+    def pid_namespace(self, job: dict, fds: list[int]) -> tuple[int, int] | None:
+        """For a job with namespaces: its PID namespace made here, with its keeper as its first process, so that
+        the child forked next is the second, and the student's process itself (without, the child forks it:
+        a second copy of torch's page tables a phase, made and freed). None where the child makes its own."""
+        if self.own_pid_namespace is None or not job.get("namespaces", True) or libc.unshare(CLONE_NEWPID) != 0:
+            return None
+        try:
+            return start_keeper(fds)
+        except OSError:  # the namespace ended with its first process: the child makes one of its own
+            _check(libc.setns(self.own_pid_namespace, CLONE_NEWPID), "setns")
+            return None
 
     def sweep(self) -> None:
         """Every process below this server, gone: its children, and the orphans it inherited as they came,
@@ -558,6 +508,13 @@ class ForkServer:
             if pid == 0:
                 return
             job = self.jobs.pop(pid, None)
+            if pid in self.keepers:  # the job's namespace ends with its keeper, and every process left in it:
+                keeper, end = self.keepers.pop(pid)  # gone before the grader hears the job ended
+                os.close(end)
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(keeper, signal.SIGKILL)
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(keeper, 0)
             if job is not None:
                 self.send(ended=job, how=describe_status(status))
 

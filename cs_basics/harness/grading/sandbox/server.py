@@ -29,7 +29,7 @@ JOB = Path(__file__).resolve().parent.parent / "job"  # what runs inside the job
 
 # what install_tool copies beside each other: the job's files (spawned.py: where there is no fork server) and the
 # sandbox's policy, plain data they load by path (they may import only the standard library)
-JOB_FILES = ("zygote.py", "child.py", "confine.py", "landlock.py", "spawned.py")
+JOB_FILES = ("zygote.py", "child.py", "confine.py", "landlock.py", "reach.py", "spawned.py")
 SERVER_FILES = (*(JOB / name for name in JOB_FILES), Path(__file__).resolve().parent / "policy.py")
 
 PASSED_ENV = ("CUDA_", "NVIDIA_", "LD_LIBRARY_PATH", "OMP_NUM_THREADS", "MKL_", "ATEN_CPU_CAPABILITY")
