@@ -33,7 +33,8 @@ from .test_what_students_see import PRINTS_ITS_INPUTS, assert_hidden_stays_hidde
 from .windows_like import MARK, windows_like_python
 
 # the fork server: it runs only where portable.fork_server_runs() (Linux); elsewhere spawned.py takes its place
-LINUX_ONLY = {"cs_basics.harness.grading.job.zygote"}
+# the Linux fork server, and the job files only it loads (by path, never as part of `cs_basics`)
+LINUX_ONLY = {"cs_basics.harness.grading.job.zygote", "cs_basics.harness.grading.job.reach"}
 BUGS = {  # a softmax without the max subtracted, an attention without the scale: known mistakes of each problem
     "    exp = torch.exp(in_features - _max_along(in_features, dim))": "    exp = torch.exp(in_features)",
     "    P = softmax(S / math.sqrt(d_k), dim=-1)": "    P = softmax(S, dim=-1)",
@@ -143,7 +144,8 @@ def graded_verdicts(folder: Path) -> dict[str, str | None]:
 
 def test_every_module_on_the_students_path_imports_without_unix(windows_python):
     """Every module of cs_basics (the pytest plugin, the rule, the grader, the CLI, the study) and tests/
-    imports where `resource`, `fcntl`, `termios`, `pwd` and `grp` do not; only the Linux fork server does not."""
+    imports where `resource`, `fcntl`, `termios`, `pwd` and `grp` do not; only the Linux fork server (and reach.py,
+    which only it loads) does not."""
     done = subprocess.run(
         [str(windows_python), "-c", IMPORT_ALL], cwd=ROOT, env=student_env(), capture_output=True, text=True
     )
