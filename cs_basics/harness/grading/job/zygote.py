@@ -402,7 +402,7 @@ class ForkServer:
     def __init__(self, sock: socket.socket):
         self.sock = sock
         self.jobs: dict[int, int] = {}  # pid -> job id
-        self.keepers: dict[int, tuple[int, int]] = {}  # a job's pid -> its PID namespace's keeper (start_keeper)
+        self.keepers: dict[int, tuple[int | None, int]] = {}  # a job's pid -> its PID namespace's keeper, its pipe
         self.own_pid_namespace: int | None = None  # where this server's children go back to (pid_namespace)
         # orphans of a job (a double fork, setsid) become this server's children, not init's: where
         # there is no uid of the job's own to kill by (a grader that is not root), `sweep` ends them
@@ -508,13 +508,16 @@ class ForkServer:
             if pid == 0:
                 return
             job = self.jobs.pop(pid, None)
+            for job_pid, (keeper, end) in self.keepers.items():
+                if keeper == pid:  # a keeper that ended first (killed): its pid may soon be another process's
+                    self.keepers[job_pid] = (None, end)
             if pid in self.keepers:  # the job's namespace ends with its keeper, and every process left in it:
                 keeper, end = self.keepers.pop(pid)  # gone before the grader hears the job ended
                 os.close(end)
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(keeper, signal.SIGKILL)
-                with contextlib.suppress(ChildProcessError):
-                    os.waitpid(keeper, 0)
+                if keeper is not None:  # not reaped yet: its pid is still its own
+                    with contextlib.suppress(OSError):
+                        os.kill(keeper, signal.SIGKILL)
+                        os.waitpid(keeper, 0)
             if job is not None:
                 self.send(ended=job, how=describe_status(status))
 
