@@ -153,6 +153,28 @@ def test_the_student_process_is_the_servers_own_child_one_copy_of_the_server_a_p
     assert all(parent == server for _, parent in found), (found, server)
 
 
+READS_THE_FIRST_PROCESS = """
+_found = []
+for _path in ("/proc/1/mountinfo", "/proc/1/net/unix", "/proc/1/net/tcp", "/proc/1/environ"):
+    try:
+        with open(_path, "rb") as _f:
+            _found.append((_path, len(_f.read())))
+    except OSError:
+        pass
+"""
+
+
+@needs_root
+def test_the_job_reads_nothing_of_its_namespaces_first_process(assignment, worker, tmp_path):
+    """The keeper (the job's PID namespace's first process) is started by the server, in the server's mount and
+    network namespaces: /proc/1/mountinfo and /proc/1/net would show the job the machine's mounts and sockets (the
+    fallback's server runs in the machine's). The job's /proc shows only its own uid's processes (hidepid=2)."""
+    if not worker.isolated:
+        pytest.skip(NO_NAMESPACES)
+    result = graded(assignment, worker, submission(tmp_path, READS_THE_FIRST_PROCESS + softmax_fails_if("_found")))
+    assert scores(result) == pytest.approx(FULL), outputs_of(result, SOFTMAX)[0]
+
+
 def is_server(pid: int) -> bool:
     """Whether `pid` runs zygote.py (the server, or a copy of it), not bubblewrap starting it."""
     with contextlib.suppress(OSError):

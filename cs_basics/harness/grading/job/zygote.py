@@ -61,6 +61,9 @@ CONFINE = []  # confine.py: the network, System V IPC and uncounted memory refus
 JOB_CGROUP: list[int | None] = [None]  # the worker's job cgroup's cgroup.procs, opened by the grader (argv[2])
 WAKE = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)  # the server's wake-up pipe (see ForkServer.serve); a job closes it
 OWN_PROC = [True]  # whether a job with namespaces mounts a /proc of its own (see namespaces_allowed)
+# the job's /proc shows only its uid's processes: not the keeper, which the server starts in its own mount and network
+# namespaces (/proc/1/mountinfo and /proc/1/net would show the machine's mounts and sockets)
+PROC_OPTIONS = "hidepid=2"
 KEEPER = next((p for p in ("/usr/bin/cat", "/bin/cat") if os.access(p, os.X_OK)), None)  # see start_keeper
 
 
@@ -297,7 +300,7 @@ def run_child(job: dict, progress: int, output: int, go: int, in_pid_namespace: 
                 os.close(kept[1])
             set_death_signal()
         if isolated and OWN_PROC[0]:  # else the container's, bound by bubblewrap (see namespaces_allowed)
-            mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV)
+            mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV, PROC_OPTIONS)
         limit(job)
         import_paths = [p for p in sys.path if p and os.path.isdir(p)]  # seen before the uid changes
         abi = 0 if isolated else job.get("landlock", 0)  # the files of a job without namespaces, confined
@@ -379,7 +382,7 @@ def namespaces_allowed() -> tuple[bool, bool]:
             if libc.unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWNET | CLONE_NEWPID) == 0:
                 found = 1  # namespaces, no /proc of its own
                 mount("", "/", flags=MS_REC | MS_PRIVATE)
-                mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV)
+                mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV, PROC_OPTIONS)
                 found = 0
         finally:
             os._exit(found)
