@@ -104,8 +104,8 @@ def processes_under(pid: int) -> set[int]:
     children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
-            with contextlib.suppress(OSError, IndexError, ValueError):
-                parent = int(entry.joinpath("stat").read_text().rsplit(")", 1)[1].split()[1])
+            parent = parent_of(int(entry.name))
+            if parent is not None:
                 children.setdefault(parent, []).append(int(entry.name))
     below, todo = set(), [pid]
     while todo:
@@ -184,6 +184,7 @@ def is_server(pid: int) -> bool:
 
 
 def parent_of(pid: int) -> int | None:
+    """The parent of `pid` (None: it ended), from /proc/PID/stat, after the name (which may hold spaces)."""
     with contextlib.suppress(OSError, IndexError, ValueError):
         return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
     return None

@@ -56,7 +56,7 @@ def landlock_abi() -> int:
 
 
 def device_rules() -> list[tuple[str, int]]:
-    """/dev listed, and each of its entries read (ioctls on its devices too) and but /dev/zero written (/dev/null, a
+    """/dev listed, each of its entries read (ioctls on its devices too), and each but /dev/zero written (/dev/null, a
     GPU's devices): opened for writing, /dev/zero mapped shared is memory that RLIMIT_DATA does not count (confine.py).
     Never /dev/shm or /dev/mqueue: other processes' files (a grader whose TMPDIR is in /dev/shm keeps its work folder
     there, hidden cases' code included), which a rule on /dev itself would open to the job. A device made after the

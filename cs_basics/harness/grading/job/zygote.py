@@ -14,9 +14,8 @@ Each job's child (`run_child`) cuts itself off before any student code runs:
   process, the second of a PID namespace this server made for it, whose first (a `cat` this server holds, not a copy
   of it: see start_keeper, pid_namespace) it ends with the job, and with it all of the namespace (where the server
   could not make it, the child makes it and forks the student's process); where the kernel refuses namespaces, none
-  of these,
-  but Landlock where the kernel offers it: its files confined to the system's folders, the Python environment and its
-  own job folder (`landlock_rules`);
+  of these, but Landlock where the kernel offers it: its files confined to the system's folders, the Python
+  environment and its own job folder (`landlock_rules`);
 - resource limits, then its own uid (as root), then the parent-death signal again (a uid change
   clears it), then it runs the cases (child.py).
 """
@@ -149,7 +148,9 @@ def build_view(job: dict) -> None:
     # the stash, mounted over first to hold what the other mounts keep, then covered by the job's own: a temporary
     # folder that holds nothing kept (/dev/shm; where the grader's own TMPDIR is in it, another)
     free = [f for f in reversed(fresh) if os.path.isdir(f) and not any(Path(k).is_relative_to(f) for k in keep)]
-    stash = free[0] if free else sys.exit(f"every temporary folder holds the Python or the job's folder: {keep}")
+    if not free:
+        raise OSError(f"every temporary folder (/tmp, /var/tmp, /dev/shm) holds the Python or the job's folder: {keep}")
+    stash = free[0]
     tmpfs(stash, "700")
     scratch = make_scratch(job, stash)
     for folder in job.get("hide", []):  # the course's repository: the child needs none of it
