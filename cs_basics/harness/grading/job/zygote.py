@@ -383,8 +383,8 @@ def namespaces_allowed() -> tuple[bool, bool]:
             if libc.unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWNET | CLONE_NEWPID) == 0:
                 found = 1  # namespaces, no /proc of its own
                 mount("", "/", flags=MS_REC | MS_PRIVATE)
-                mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV, PROC_OPTIONS)
-                found = 0
+                mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV)  # no options: this fork is in the server's
+                found = 0  # PID namespace, whose /proc a kernel before 5.8 would reconfigure for every process
         finally:
             os._exit(found)
     status = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
