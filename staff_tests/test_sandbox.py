@@ -38,7 +38,12 @@ import cs_basics.harness.grading.sandbox.server as server
 from cs_basics.harness import portable
 from cs_basics.harness.grading.pipeline.grade import GradingError, grade
 from cs_basics.harness.grading.sandbox.bubblewrap import bubblewrap_runs
-from cs_basics.harness.grading.sandbox.folderlock import UNLOCKED_PREFIX, WORK_PREFIX, held_work_folder
+from cs_basics.harness.grading.sandbox.folderlock import (
+    UNLOCKED_PREFIX,
+    WORK_PREFIX,
+    held_work_folder,
+    left_work_folders,
+)
 from cs_basics.harness.grading.sandbox.leases import (
     LEASE_PREFIX,
     UID_BASE,
@@ -526,7 +531,8 @@ def wait_for_new_job(grader: subprocess.Popen) -> set[int]:
 
 
 def worker_folders() -> set[Path]:
-    return set(Path(tempfile.gettempdir()).glob(f"{WORK_PREFIX}*"))
+    """The work folders graders of this user made, in /dev/shm and in the temporary folder (folderlock.work_parent)."""
+    return set(left_work_folders())
 
 
 def wait_for_output(case: str, before: set[Path], uids: set[int], grader: subprocess.Popen) -> Path:
@@ -878,7 +884,7 @@ def test_a_grader_whose_temporary_folder_is_in_dev_shm_grades_in_full_and_its_jo
     assignment, tmp_path, monkeypatch, sandbox, namespaces
 ):
     """A cluster may set TMPDIR to a folder of /dev/shm, where the grader then keeps its work folder; a job's own
-    view mounts a fresh folder over /dev/shm (zygote.build_view), which hid the job's folder: every grading stopped
+    view mounts a fresh folder over /dev/shm (view.build_view), which hid the job's folder: every grading stopped
     for the staff. Now the submission is graded in full and opens nothing of that folder but its own job's (here
     another grader's file beside the work folder), with namespaces and without them (Landlock)."""
     top = Path(tempfile.mkdtemp(prefix="cs-basics-test-tmpdir-", dir="/dev/shm"))
@@ -887,6 +893,7 @@ def test_a_grader_whose_temporary_folder_is_in_dev_shm_grades_in_full_and_its_jo
         other = top / "another-graders-file"
         other.write_text("another grader's")
         other.chmod(0o644)
+        monkeypatch.setenv("TMPDIR", str(top))  # the staff's: the work folders go there (folderlock.work_parent)
         monkeypatch.setattr(tempfile, "tempdir", str(top))
         spy = submission(tmp_path, SPY.format(paths=[str(other)]) + softmax_fails_if("_found"))
         with Worker(sandbox, Limits(case_seconds=20), namespaces=namespaces) as worker:

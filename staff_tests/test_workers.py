@@ -1,0 +1,176 @@
+"""A batch's workers: one grading server imports torch, every worker's server a copy of it (Worker.share); their
+work folders in memory where the machine has room (folderlock.work_parent); each worker's jobs kept out of the
+others' job folders (Worker.hand_over)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+import cs_basics.harness.grading.sandbox.folderlock as folderlock
+from cs_basics.harness.grading.pipeline.grade import grade
+from cs_basics.harness.grading.sandbox.folderlock import MEMORY_FOLDER, WORK_PREFIX, left_work_folders, work_parent
+from cs_basics.harness.grading.sandbox.limits import Limits
+from cs_basics.harness.grading.sandbox.litter import remove_tree
+from cs_basics.harness.grading.sandbox.server import ClonedServer
+from cs_basics.harness.grading.sandbox.worker import Worker
+
+from .submissions import SPY, outputs_of, scores, softmax_fails_if, submission
+from .test_sandbox import FULL, RELEASED, SANDBOXES, is_server, needs_root, parent_of, processes_under
+
+LIMITS = Limits(case_seconds=20)
+SPYING = Limits(case_seconds=20, released=RELEASED)  # the spy lists a folder: released from the rule's holds
+
+
+def servers_under(pid: int) -> dict[int, int | None]:
+    """The grading servers (zygote.py) that are `pid` or below it, each with its parent."""
+    return {p: parent_of(p) for p in {pid, *processes_under(pid)} if is_server(p)}
+
+
+# ---------------------------------------------------------------- one import of torch a batch
+
+
+@needs_root
+@pytest.mark.parametrize("sandbox", SANDBOXES)
+def test_a_batchs_workers_grade_in_copies_of_one_server_that_runs_no_job(assignment, tmp_path, sandbox):
+    """The first worker's server is the batch's template: both workers' servers are copies of it, forked once it
+    imported torch (the second worker's started its own, a second import: 1.4 CPU s here, and a second worker
+    idle until it was done), and both grade in full in their copies."""
+    with Worker(sandbox, LIMITS).start() as first, Worker(sandbox, LIMITS, beside=first.share()) as second:
+        for worker in (first, second):
+            assert isinstance(worker.ensure_server(), ClonedServer)
+        started = first.template.process.pid
+        servers = servers_under(started)
+        template = [pid for pid, parent in servers.items() if parent not in servers]
+        assert len(template) == 1 and len(servers) == 3, servers  # the template and a copy for each worker
+        assert all(parent == template[0] for pid, parent in servers.items() if pid != template[0]), servers
+        assert second.root.is_relative_to(first.root)  # in the template's view (bubblewrap binds first.root)
+        for worker in (first, second):
+            result = grade(assignment, submission(tmp_path, name=f"s{id(worker)}"), torch.device("cpu"), worker=worker)
+            assert scores(result) == pytest.approx(FULL), outputs_of(result)[:2]
+        assert servers_under(started) == servers  # no server of its own was started since
+
+
+@needs_root
+@pytest.mark.parametrize("sandbox", SANDBOXES)
+def test_a_worker_whose_copy_ended_with_its_template_grades_in_a_server_of_its_own(assignment, tmp_path, sandbox):
+    """The template gone (its copies end with it), the next job's worker starts a server of its own, not a
+    copy of a server that has ended, and grades in full."""
+    with Worker(sandbox, LIMITS).start() as first, Worker(sandbox, LIMITS, beside=first.share()) as second:
+        copy = second.ensure_server()
+        first.template.close()
+        while not copy.ended():  # it ends with its template, a moment later (pytest-timeout bounds the wait)
+            time.sleep(0.05)
+        result = grade(assignment, submission(tmp_path), torch.device("cpu"), worker=second)
+        assert copy.ended() and not isinstance(second.server, ClonedServer)
+    assert scores(result) == pytest.approx(FULL), outputs_of(result)[:2]
+
+
+@needs_root
+def test_a_sweep_of_one_workers_processes_leaves_the_other_workers_server(assignment, tmp_path):
+    """Where a grader is not root, a worker ends its jobs' processes through its server (a sweep of every process
+    below it): the template's copies are below the template, and a sweep there must not end them."""
+    with Worker("fallback", LIMITS).start() as first, Worker("fallback", LIMITS, beside=first.share()) as second:
+        copy = second.ensure_server()
+        first.template.ready().send({"op": "sweep", "id": 1})
+        assert first.template.receive(30) == {"swept": 1, "left": 0}
+        assert not copy.ended()
+        result = grade(assignment, submission(tmp_path), torch.device("cpu"), worker=second)
+        assert second.server is copy
+    assert scores(result) == pytest.approx(FULL), outputs_of(result)[:2]
+
+
+# ---------------------------------------------------------------- each worker's jobs apart
+
+
+@pytest.fixture
+def staff_temporary(monkeypatch) -> Path:
+    """A temporary folder the staff named ($TMPDIR) outside /tmp, /var/tmp and /dev/shm (which each job's view
+    replaces): the work folders of every worker are then in the jobs' view."""
+    if not os.access("/srv", os.W_OK):
+        pytest.skip("needs /srv, writable: a folder outside the ones each job's view replaces")
+    top = Path(tempfile.mkdtemp(prefix="cs-basics-test-tmpdir-", dir="/srv"))
+    top.chmod(0o1777)
+    monkeypatch.setenv("TMPDIR", str(top))
+    monkeypatch.setattr(tempfile, "tempdir", str(top))
+    yield top
+    shutil.rmtree(top, ignore_errors=True)
+
+
+@needs_root
+@pytest.mark.parametrize("sandbox", SANDBOXES)
+def test_a_workers_job_reads_nothing_of_the_other_workers_job_folders(assignment, tmp_path, staff_temporary, sandbox):
+    """Where the work folders are in the jobs' view (a $TMPDIR outside the folders a job's view replaces), a job of
+    one worker finds neither the folder of the other worker's job (its code, its inputs: another student's, and
+    hidden ones) nor the files in it, either way round: the job's folder is open only to its own worker's uid,
+    by its group. Before, it was world-readable, at a path the job could guess from its own: the fallback's job
+    read both files (bubblewrap's view hid them: the folders bwrap makes on the way to the work folder are root's
+    alone, so the job's view replaces them, keeping only its own job's folder)."""
+    with Worker(sandbox, SPYING).start() as first, Worker(sandbox, SPYING, beside=first.share()) as second:
+        assert first.root.is_relative_to(staff_temporary)
+        for reader, owner in ((first, second), (second, first)):
+            theirs = owner.new_job_dir()
+            (theirs / "code" / "functional.py").write_text("another student's code")
+            (theirs / "inputs" / "hidden.safetensors").write_text("a hidden case's input")
+            owner.hand_over(theirs)
+            paths = [str(theirs / "code" / "functional.py"), str(theirs / "inputs" / "hidden.safetensors")]
+            listing = f"""
+try:
+    import os as _os
+    _found += _os.listdir({str(theirs)!r})
+except OSError:
+    pass
+"""
+            spy = submission(tmp_path, SPY.format(paths=paths) + listing + softmax_fails_if("_found"), name="spy")
+            result = grade(assignment, spy, torch.device("cpu"), worker=reader)
+            assert scores(result) == pytest.approx(FULL), outputs_of(result)[:2]
+            shutil.rmtree(spy)
+
+
+# ---------------------------------------------------------------- work folders in memory
+
+
+def test_work_folders_go_to_dev_shm_unless_the_staff_name_a_temporary_folder_or_it_lacks_room(monkeypatch):
+    """Each phase of each job makes and removes about 70 files in the work folder: in memory (/dev/shm, a tmpfs)
+    where this user may write it and it has MEMORY_FOLDER_FREE_MB free; in the temporary folder the staff named
+    ($TMPDIR, $TEMP, $TMP), always; else in the system's temporary folder."""
+    for name in folderlock.NAMED_TEMPORARY:
+        monkeypatch.delenv(name, raising=False)
+    if not folderlock.memory_folder_fits():
+        pytest.skip(f"{MEMORY_FOLDER} is no tmpfs with {folderlock.MEMORY_FOLDER_FREE_MB} MiB free here")
+    assert work_parent() == MEMORY_FOLDER
+    monkeypatch.setenv("TMPDIR", "/var/tmp")
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    assert work_parent() == "/var/tmp"
+    monkeypatch.delenv("TMPDIR")
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    monkeypatch.setattr(folderlock, "MEMORY_FOLDER_FREE_MB", 1 << 40)  # a container's 64 MiB /dev/shm
+    assert work_parent() == tempfile.gettempdir() != MEMORY_FOLDER
+    monkeypatch.undo()
+    assert not folderlock.memory_folder_fits("/no/such/folder")
+    assert not folderlock.memory_folder_fits(str(Path(__file__).parent))  # a folder of a disk's
+
+
+@needs_root
+def test_a_dead_graders_work_folder_in_dev_shm_is_removed_by_the_next_worker(monkeypatch):
+    """A grader killed (SIGKILL, the OOM killer) leaves its work folder, hidden inputs and all, wherever it was:
+    the next worker removes those in /dev/shm too, whatever its own environment chose."""
+    if not os.access(MEMORY_FOLDER, os.W_OK):
+        pytest.skip(f"{MEMORY_FOLDER} is not writable here")
+    left = Path(tempfile.mkdtemp(prefix=WORK_PREFIX, dir=MEMORY_FOLDER))
+    try:
+        (left / "jobs" / "1" / "inputs").mkdir(parents=True)
+        (left / "jobs" / "1" / "inputs" / "hidden.safetensors").write_text("a hidden case's input")
+        assert left in left_work_folders()
+        monkeypatch.setenv("TMPDIR", "/var/tmp")  # this grader's own folders go elsewhere
+        monkeypatch.setattr(tempfile, "tempdir", None)
+        Worker("fallback", Limits()).close()
+        assert not left.exists()
+    finally:
+        remove_tree(left)
