@@ -6,6 +6,9 @@ to the grader over a SOCK_SEQPACKET socket, one JSON message each way:
 - grader -> server: {"op": "run", "job": {...}} with three file descriptors (the job's progress channel,
   its output pipe, and the pipe on which the grader says its inputs are written), or {"op": "kill", "id": N};
 - server -> grader: {"ready": ...}, {"started": N}, {"ended": N, "how": "exited with status 0"}.
+A batch's other workers get servers copied from the first ({"op": "clone"} with the copy's socket and its worker's
+job cgroup: ForkServer.clone), so that torch is imported once a batch, not once a worker; a copy says it is ready
+on its own socket.
 
 Each job's child (`run_child`) cuts itself off before any student code runs:
 - as root, new mount, network, IPC and PID namespaces: /tmp, /var/tmp, /dev/shm and its working folder fresh, on one
@@ -49,16 +52,17 @@ def load(name: str):
 
 LANDLOCK = load("landlock")  # the files of a job without namespaces, confined (landlock.py)
 REACH = load("reach")  # the folders on the way to the Python environment, and the environment reached (reach.py)
+VIEW = load("view")  # the job's view of the machine, in its own mount namespace (view.py)
 libc = ctypes.CDLL(None, use_errno=True)
 CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWPID, CLONE_NEWNET = 0x20000, 0x08000000, 0x20000000, 0x40000000
-MS_NOSUID, MS_NODEV, MS_BIND, MS_REC, MS_PRIVATE = 2, 4, 4096, 16384, 1 << 18
-MNT_DETACH = 2
+MS_NOSUID, MS_NODEV, MS_REC, MS_PRIVATE = VIEW.MS_NOSUID, VIEW.MS_NODEV, VIEW.MS_REC, VIEW.MS_PRIVATE
 PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS, PR_SET_CHILD_SUBREAPER = 1, 38, 36
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 1
 CHILD = []  # child.py, loaded once by the server (its folder is out of a job's view); its POLICY: sandbox/policy.py
 CONFINE = []  # confine.py: the network, System V IPC and uncounted memory refused (see run_child)
 JOB_CGROUP: list[int | None] = [None]  # the worker's job cgroup's cgroup.procs, opened by the grader (argv[2])
-WAKE = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)  # the server's wake-up pipe (see ForkServer.serve); a job closes it
+IN_JOB_CGROUP = [False]  # whether the server itself joined it, at its first job (join_job_cgroup)
+WAKE = list(os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC))  # the server's wake-up pipe (ForkServer.serve); a job closes it
 OWN_PROC = [True]  # whether a job with namespaces mounts a /proc of its own (see namespaces_allowed)
 # the job's /proc shows only its uid's processes: not the keeper, which the server starts in its own mount and network
 # namespaces (/proc/1/mountinfo and /proc/1/net would show the machine's mounts and sockets)
@@ -67,30 +71,6 @@ KEEPER = next((p for p in ("/usr/bin/cat", "/bin/cat") if os.access(p, os.X_OK))
 
 
 # ---------------------------------------------------------------- system calls
-
-
-def _check(result: int, what: str) -> None:
-    if result != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"{what}: {os.strerror(err)}")
-
-
-def mount(source: str, target: str, fstype: str = "", flags: int = 0, data: str = "") -> None:
-    args = [s.encode() if s else None for s in (source, target, fstype)]
-    _check(libc.mount(*args, ctypes.c_ulong(flags), data.encode() if data else None), f"mount {target}")
-
-
-def umount(target: str) -> None:
-    _check(libc.umount2(target.encode(), MNT_DETACH), f"umount {target}")
-
-
-def tmpfs(target: str, mode: str, size_mb: int | None = None) -> None:
-    bound = f",size={size_mb}m,nr_inodes={CHILD[0].POLICY.SCRATCH_INODES}" if size_mb else ""
-    mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV, f"mode={mode}{bound}")
-
-
-def bind(source: str, target: str) -> None:
-    mount(source, target, flags=MS_BIND | MS_REC)
 
 
 def set_death_signal(sig: int = signal.SIGKILL) -> None:
@@ -104,72 +84,12 @@ def loopback_up() -> None:
         fcntl.ioctl(s, SIOCSIFFLAGS, struct.pack("16sH14s", b"lo", flags | IFF_UP, b""))
 
 
-# ---------------------------------------------------------------- the child's view of the machine
-
-
-def replace_folder(target: str, keep: list[str], stash: str, fresh: str | None = None) -> None:
-    """A fresh folder over `target` (an empty root-only tmpfs, or the folder `fresh` bound there), with
-    each path of `keep` (inside it) bound back where it was."""
-    inside = [k for k in keep if Path(k).is_relative_to(target) and Path(k) != Path(target)]
-    held = []
-    for i, path in enumerate(inside):
-        spot = f"{stash}/{i}-{abs(hash((target, path)))}"
-        os.mkdir(spot)
-        bind(path, spot)
-        held.append((spot, path))
-    bind(fresh, target) if fresh else tmpfs(target, "755")
-    for spot, path in held:
-        os.makedirs(path, mode=0o755, exist_ok=True)
-        bind(spot, path)
-        umount(spot)
-        os.rmdir(spot)
-
-
-def make_scratch(job: dict, stash: str) -> str:
-    """The one tmpfs, of at most `tmp_mb`, that holds the job's temporary folders and its working folder."""
-    scratch = f"{stash}/scratch"
-    os.mkdir(scratch)
-    tmpfs(scratch, "755", job["limits"]["tmp_mb"])
-    for name in CHILD[0].POLICY.SCRATCH_FOLDERS.values():
-        os.mkdir(f"{scratch}/{name}")
-        os.chmod(f"{scratch}/{name}", 0o1777)
-    os.mkdir(f"{scratch}/work", 0o700)
-    if job.get("uid") is not None:
-        os.chown(f"{scratch}/work", job["uid"], job["uid"])
-    return scratch
-
-
-def build_view(job: dict) -> None:
-    """In the child's own mount namespace: private temporary folders and working folder, which hold at
-    most `tmp_mb` together, the repository hidden, the Python environment reachable by the job's uid.
-    Nothing of this reaches the rest of the machine."""
-    mount("", "/", flags=MS_REC | MS_PRIVATE)
-    uid, keep, fresh = job.get("uid"), [*job["python"], job["dir"]], CHILD[0].POLICY.SCRATCH_FOLDERS
-    # the stash, mounted over first to hold what the other mounts keep, then covered by the job's own: a temporary
-    # folder that holds nothing kept (/dev/shm; where the grader's own TMPDIR is in it, another)
-    free = [f for f in reversed(fresh) if os.path.isdir(f) and not any(Path(k).is_relative_to(f) for k in keep)]
-    if not free:
-        raise OSError(f"every temporary folder (/tmp, /var/tmp, /dev/shm) holds the Python or the job's folder: {keep}")
-    stash = free[0]
-    tmpfs(stash, "700")
-    scratch = make_scratch(job, stash)
-    for folder in job.get("hide", []):  # the course's repository: the child needs none of it
-        if os.path.isdir(folder):
-            replace_folder(folder, keep, stash)
-    for folder in REACH.blocked_ancestors(keep, uid) if uid is not None else []:
-        replace_folder(folder, keep, stash)
-    for folder in [f for f in fresh if f != stash and os.path.isdir(f)]:
-        replace_folder(folder, keep, stash, f"{scratch}/{fresh[folder]}")
-    bind(f"{scratch}/work", f"{job['dir']}/work")
-    bind(f"{scratch}/{fresh[stash]}", stash)  # over the stash, where only the scratch's mount point is left
-
-
 def enter_namespaces(job: dict, pid: bool = True) -> bool:
     """As root: new namespaces for this child and what it starts (its PID namespace too unless the server made it:
     ForkServer.pid_namespace); False where the kernel refuses them."""
     if libc.unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWNET | (CLONE_NEWPID if pid else 0)) != 0:
         return False
-    build_view(job)
+    VIEW.build_view(job, CHILD[0].POLICY, REACH.blocked_ancestors)
     with contextlib.suppress(OSError):
         loopback_up()
     return True
@@ -283,7 +203,8 @@ def run_child(job: dict, progress: int, output: int, go: int, in_pid_namespace: 
         set_death_signal()
         # the job's memory counted whatever the mapping: in the worker's job cgroup, else what it would not count
         # is refused (confine.py), and before any fork, so that every process of the job is in it
-        refuse_shared_memory = not CONFINE[0].join_cgroup(JOB_CGROUP[0]) and bool(job["limits"].get("memory_mb"))
+        joined = IN_JOB_CGROUP[0] or CONFINE[0].join_cgroup(JOB_CGROUP[0])  # born in it, where the server is
+        refuse_shared_memory = not joined and bool(job["limits"].get("memory_mb"))
         isolated = os.getuid() == 0 and job.get("namespaces", True) and enter_namespaces(job, not in_pid_namespace)
         if isolated and refuse_shared_memory:
             CONFINE[0].seal_dev_zero()
@@ -301,7 +222,7 @@ def run_child(job: dict, progress: int, output: int, go: int, in_pid_namespace: 
                 os.close(kept[1])
             set_death_signal()
         if isolated and OWN_PROC[0]:  # else the container's, bound by bubblewrap (see namespaces_allowed)
-            mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV, PROC_OPTIONS)
+            VIEW.mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV, PROC_OPTIONS)
         limit(job)
         import_paths = [p for p in sys.path if p and os.path.isdir(p)]  # seen before the uid changes
         abi = 0 if isolated else job.get("landlock", 0)  # the files of a job without namespaces, confined
@@ -382,8 +303,8 @@ def namespaces_allowed() -> tuple[bool, bool]:
         try:
             if libc.unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWNET | CLONE_NEWPID) == 0:
                 found = 1  # namespaces, no /proc of its own
-                mount("", "/", flags=MS_REC | MS_PRIVATE)
-                mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV)  # no options: this fork is in the server's
+                VIEW.mount("", "/", flags=MS_REC | MS_PRIVATE)
+                VIEW.mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV)  # no options: this fork is in the server's
                 found = 0  # PID namespace, whose /proc a kernel before 5.8 would reconfigure for every process
         finally:
             os._exit(found)
@@ -408,6 +329,8 @@ class ForkServer:
         self.jobs: dict[int, int] = {}  # pid -> job id
         self.keepers: dict[int, tuple[int | None, int]] = {}  # a job's pid -> its PID namespace's keeper, its pipe
         self.own_pid_namespace: int | None = None  # where this server's children go back to (pid_namespace)
+        self.namespaces = False  # whether its jobs get namespaces of their own (serve)
+        self.clones: set[int] = set()  # the copies of it serving other workers (clone): never swept as a job's
         # orphans of a job (a double fork, setsid) become this server's children, not init's: where
         # there is no uid of the job's own to kill by (a grader that is not root), `sweep` ends them
         libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
@@ -415,11 +338,14 @@ class ForkServer:
     def send(self, **message: object) -> None:
         self.sock.send(json.dumps(message).encode())
 
-    def serve(self) -> None:
-        namespaces, OWN_PROC[0] = namespaces_allowed()
-        if namespaces and KEEPER is not None:
-            with contextlib.suppress(OSError):
-                self.own_pid_namespace = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+    def serve(self, namespaces: bool | None = None) -> None:
+        """Say it is ready, then run jobs until the grader closes the socket. `namespaces`: known already (a copy)."""
+        if namespaces is None:
+            namespaces, OWN_PROC[0] = namespaces_allowed()
+            if namespaces and KEEPER is not None:
+                with contextlib.suppress(OSError):
+                    self.own_pid_namespace = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+        self.namespaces = namespaces
         self.send(
             ready=True,
             pid=os.getpid(),
@@ -449,6 +375,7 @@ class ForkServer:
         if message.get("op") == "run":
             job = message["job"]
             import_libraries(job.get("warm", []))  # those the grader saw the code name (worker.WARM_ON_REQUEST)
+            join_job_cgroup()
             keeper = self.pid_namespace(job, fds)
             pid = os.fork()
             if pid == 0:
@@ -457,7 +384,7 @@ class ForkServer:
                     os.close(end)  # no job may end another's namespace (nor its own: its end does)
                 run_child(job, *fds, in_pid_namespace=keeper is not None)
             if keeper is not None:
-                _check(libc.setns(self.own_pid_namespace, CLONE_NEWPID), "setns")  # the next child: as before
+                VIEW.check(libc.setns(self.own_pid_namespace, CLONE_NEWPID), "setns")  # the next child: as before
                 self.keepers[pid] = keeper
             for fd in fds:
                 os.close(fd)
@@ -465,15 +392,59 @@ class ForkServer:
             self.send(started=job["id"])
         elif message.get("op") == "warm":  # the course's (Assignment.warm), sent as soon as the grader knows it
             import_libraries(message.get("names", []))
+        elif message.get("op") == "clone":
+            self.clone(fds)
+        elif message.get("op") == "end_clone":  # one the grader found stuck
+            if message.get("pid") in self.clones:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(message["pid"], signal.SIGKILL)
         elif message.get("op") == "sweep":
             self.sweep()
-            self.send(swept=message.get("id"), left=len(children_of(str(os.getpid()))))
+            self.send(swept=message.get("id"), left=len(self.descendants()))
         elif message.get("op") == "kill":
             for pid, job in self.jobs.items():
                 if job == message.get("id"):
                     with contextlib.suppress(ProcessLookupError):
                         os.killpg(pid, signal.SIGKILL)  # its session; with namespaces, all of it
                         os.kill(pid, signal.SIGKILL)
+
+    def clone(self, fds: list[int]) -> None:
+        """A grading server for another worker of the batch: a copy of this one, torch imported and warm, that
+        serves the socket `fds[0]` (its first message: ready) with its worker's job cgroup (`fds[1]`, where there
+        is one). It starts no program and runs nothing of a job's before its fork: what this server holds is what
+        a fresh server holds after its start, less the jobs it runs (their pipes are closed in the copy). It ends
+        with this server (its parent-death signal), which the grader keeps until the batch is done."""
+        try:
+            pid = os.fork()
+        except OSError:  # no copy: the grader sees its socket closed, and starts a server of the worker's own
+            pid = None
+        if pid == 0:
+            try:
+                self.sock.close()
+                for _, end in self.keepers.values():
+                    os.close(end)  # this server's jobs' namespaces end with them, not with the copy
+                signal.set_wakeup_fd(-1)
+                for fd in WAKE:
+                    os.close(fd)
+                WAKE[:] = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+                for fd in fds:
+                    os.set_inheritable(fd, False)
+                JOB_CGROUP[0] = fds[1] if len(fds) > 1 else None
+                IN_JOB_CGROUP[0] = False  # its own worker's, at its first job
+                set_death_signal()
+                copy = ForkServer(socket.socket(fileno=fds[0]))
+                copy.own_pid_namespace = self.own_pid_namespace
+                copy.serve(self.namespaces)
+            finally:
+                os._exit(0)
+        for fd in fds:
+            os.close(fd)
+        if pid is not None:
+            self.clones.add(pid)
+
+    def descendants(self) -> list[int]:
+        """This server's children, less the copies it made for other workers (`clone`): a job's, and its orphans'."""
+        return [pid for pid in children_of(str(os.getpid())) if pid not in self.clones]
 
     def pid_namespace(self, job: dict, fds: list[int]) -> tuple[int, int] | None:
         """For a job with namespaces: its PID namespace made here, with its keeper as its first process, so that
@@ -484,15 +455,14 @@ class ForkServer:
         try:
             return start_keeper(fds)
         except OSError:  # the namespace ended with its first process: the child makes one of its own
-            _check(libc.setns(self.own_pid_namespace, CLONE_NEWPID), "setns")
+            VIEW.check(libc.setns(self.own_pid_namespace, CLONE_NEWPID), "setns")
             return None
 
     def sweep(self) -> None:
         """Every process below this server, gone: its children, and the orphans it inherited as they came,
         killed and reaped until none is left (a process killed can fork no more)."""
-        me = str(os.getpid())
         for _ in range(1000):
-            children = children_of(me)
+            children = self.descendants()
             if not children:
                 break
             for pid in children:
@@ -512,6 +482,7 @@ class ForkServer:
             if pid == 0:
                 return
             job = self.jobs.pop(pid, None)
+            self.clones.discard(pid)
             for job_pid, (keeper, end) in self.keepers.items():
                 if keeper == pid:  # a keeper that ended first (killed): its pid may soon be another process's
                     self.keepers[job_pid] = (None, end)
@@ -524,6 +495,17 @@ class ForkServer:
                         os.waitpid(keeper, 0)
             if job is not None:
                 self.send(ended=job, how=describe_status(status))
+
+
+def join_job_cgroup() -> None:
+    """The server into its worker's job cgroup, once, at its first job: each child it forks is then born there.
+    A child that joined it itself waited at each phase: the kernel's lock for moving a process between cgroups
+    first waits for an RCU grace period (11 to 14 ms here, 0.1 ms of CPU), which a worker pays once this way.
+    What the server held before stays counted where it was (the kernel moves no charge). A batch's template,
+    which runs no job, never joins one: an OOM kill there would end every copy."""
+    if not IN_JOB_CGROUP[0] and JOB_CGROUP[0] is not None:
+        IN_JOB_CGROUP[0] = CONFINE[0].join_cgroup(JOB_CGROUP[0])  # closes it: no child holds it
+        JOB_CGROUP[0] = None
 
 
 def children_of(pid: str) -> list[int]:
