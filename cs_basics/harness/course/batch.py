@@ -105,14 +105,21 @@ def grade_many(
     overlays_root, overlays_lock = held_work_folder(remove_tree)
     overlays = Overlays(overlays_root)
     figures = shard is None or shard.count == 1  # a slice's figures are drawn by `cs-basics merge`, of the course whole
+    own = contextlib.ExitStack()  # the batch's first worker, where it is made here (not `started`)
 
     def take() -> Planned | None:
         with lock:
             return queue.pop(0) if queue and not STOP.is_set() and not failures else None
 
-    def work(started: Worker | None = None) -> None:
+    def work(first: Worker, own_worker: bool) -> None:
+        """Grade submissions until none is left: in the batch's `first` worker (closed once every other is done),
+        or in a worker of its own beside it, whose server is a copy of the first's template (Worker.share)."""
         try:
-            with started or Worker(settings.sandbox, limits) as worker:
+            with (
+                Worker(settings.sandbox, limits, beside=first)
+                if own_worker
+                else contextlib.nullcontext(first) as worker
+            ):
                 worker.limits = limits  # a started worker's too: its job's share of the cores
                 worker.hide.append(str(folder))  # no submission sees the others
                 worker.overlays = overlays
@@ -130,15 +137,22 @@ def grade_many(
             doing = escape(printable(f"grading {what} ({len(skipped)} unchanged: skipped)"))
             task = progress.add_task(doing, total=len(planned))
             progress.advance(task, len(skipped))
-            threads = [
-                threading.Thread(target=work, args=(started if i == 0 else None,))
-                for i in range(min(workers, len(todo)))
-            ]
+            first = started
+            if todo and first is None:
+                try:
+                    first = own.enter_context(Worker(settings.sandbox, limits).start())
+                except (StaffError, ValueError) as err:  # no grading server: nothing can be graded fairly
+                    failures.append(str(err))
+            if first is not None:
+                first.share()  # every worker's server a copy of the first's: one import of torch a batch
+            count = min(workers, len(todo)) if first is not None else 0
+            threads = [threading.Thread(target=work, args=(first, i > 0)) for i in range(count)]
             for thread in threads:
                 thread.start()
             for thread in threads:
                 thread.join()
     finally:
+        own.close()  # the first worker, when it was made here: once every other is done
         remove_tree(overlays.root)  # once every worker is done with it
         if overlays_lock is not None:
             os.close(overlays_lock)

@@ -20,7 +20,9 @@ def blocked_ancestors(paths: list[str], uid: int) -> list[str]:
     for path in paths:
         for folder in [*reversed(Path(path).parents), Path(path)]:
             st = folder.stat()
-            if not (st.st_mode & 0o001 or (st.st_uid == uid and st.st_mode & 0o100)):
+            # the job's gid is its uid (zygote.become): its own folder is open to it by its group (Worker.hand_over)
+            owner, group = st.st_uid == uid and st.st_mode & 0o100, st.st_gid == uid and st.st_mode & 0o010
+            if not (st.st_mode & 0o001 or owner or group):
                 found.append(str(folder))
                 break
     return sorted({f for f in found if not any(f != g and Path(f).is_relative_to(g) for g in found)})

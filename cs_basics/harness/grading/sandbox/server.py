@@ -29,7 +29,7 @@ JOB = Path(__file__).resolve().parent.parent / "job"  # what runs inside the job
 
 # what install_tool copies beside each other: the job's files (spawned.py: where there is no fork server) and the
 # sandbox's policy, plain data they load by path (they may import only the standard library)
-JOB_FILES = ("zygote.py", "child.py", "confine.py", "landlock.py", "reach.py", "spawned.py")
+JOB_FILES = ("zygote.py", "child.py", "confine.py", "landlock.py", "reach.py", "view.py", "spawned.py")
 SERVER_FILES = (*(JOB / name for name in JOB_FILES), Path(__file__).resolve().parent / "policy.py")
 
 PASSED_ENV = ("CUDA_", "NVIDIA_", "LD_LIBRARY_PATH", "OMP_NUM_THREADS", "MKL_", "ATEN_CPU_CAPABILITY")
@@ -79,6 +79,24 @@ class Server:
             self.landlock = int(ready.get("landlock") or 0)
         return self
 
+    def ended(self) -> bool:
+        """Whether the server has ended (the grader then starts another for the next job)."""
+        return self.process.poll() is not None
+
+    def clone(self, cgroup_procs: int | None = None) -> ClonedServer:
+        """A server for another worker, copied from this one (zygote's ForkServer.clone) once it is ready: no
+        second import of torch. It lives in this server's sandbox, and ends with it: the grader closes this server
+        last. Its jobs' folders must be in this server's view (below its `root`)."""
+        sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            passed = (theirs.fileno(),) if cgroup_procs is None else (theirs.fileno(), cgroup_procs)
+            self.send({"op": "clone"}, passed)
+        except OSError:  # this server has ended: the copy's socket reads as closed, and the worker starts its own
+            pass
+        finally:
+            theirs.close()
+        return ClonedServer(self, sock)
+
     def sandboxed(self, command: list[str]) -> contextlib.AbstractContextManager[BubblewrapCommand]:
         """The server's command line: in bubblewrap, the way it runs here (bubblewrap.bubblewrap_runs), or as it is."""
         if self.sandbox != "bubblewrap":
@@ -120,6 +138,49 @@ class Server:
             os.killpg(self.process.pid, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.process.wait(timeout=10)
+
+
+class ClonedServer(Server):
+    """The grader's end of a server copied from another (Server.clone): its own socket, and its jobs' own cgroup,
+    in the sandbox of the server it was copied from (`source`), which is not the grader's child: it has ended when
+    its socket reads as closed, and a stop signal from outside reaches it as it reaches its source."""
+
+    def __init__(self, source: Server, sock: socket.socket):
+        self.source, self.sock = source, sock
+        self.sandbox, self.root, self.limits = source.sandbox, source.root, source.limits
+        self.namespaces, self.own_proc, self.landlock = None, True, 0
+        self.pid: int | None = None  # in its sandbox's PID namespace: what the source may end (close)
+
+    def ready(self) -> Server:
+        if self.namespaces is None:
+            ready = self.receive(self.limits.import_seconds)
+            if not ready or not ready.get("ready"):
+                self.close()
+                said = "ended as it started" if ready else f"did not start in {self.limits.import_seconds:.0f} s"
+                raise StaffError(f"the copy of the grading server {said} ({self.sandbox})")
+            self.namespaces = bool(ready.get("namespaces"))
+            self.own_proc = bool(ready.get("own_proc", True))
+            self.landlock = int(ready.get("landlock") or 0)
+            self.pid = ready.get("pid")
+        return self
+
+    def ended(self) -> bool:
+        try:
+            return self.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+        except BlockingIOError:
+            return False
+        except OSError:
+            return True
+
+    def stop_signal(self, wait: float = 2.0) -> str | None:
+        return self.source.stop_signal(wait)  # Slurm's scancel signals every process: the source's too
+
+    def close(self) -> None:
+        if self.pid is not None and not self.ended():  # stuck (it reads no message): its source ends it
+            with contextlib.suppress(OSError):
+                self.source.send({"op": "end_clone", "pid": self.pid})
+        with contextlib.suppress(OSError):
+            self.sock.close()
 
 
 def install_tool(root: Path) -> Path:

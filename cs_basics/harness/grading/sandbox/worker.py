@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -31,7 +32,7 @@ from cs_basics.harness.grading.sandbox.litter import (
     remove_tree,
 )
 from cs_basics.harness.grading.sandbox.policy import NETWORK_IPC_CALLS
-from cs_basics.harness.grading.sandbox.server import Server, install_tool
+from cs_basics.harness.grading.sandbox.server import ClonedServer, Server, install_tool
 from cs_basics.harness.grading.sandbox.stopping import StaffError
 from cs_basics.harness.portable import fork_server_runs, is_root, skipped, unix_module
 from cs_basics.harness.rule.scanprocess import Scanner
@@ -88,8 +89,17 @@ class Worker:
     machine takes it), reused for one submission after another."""
 
     def __init__(
-        self, sandbox: str | None = None, limits: Limits | None = None, namespaces: bool = True, cgroup: bool = True
+        self,
+        sandbox: str | None = None,
+        limits: Limits | None = None,
+        namespaces: bool = True,
+        cgroup: bool = True,
+        beside: Worker | None = None,
     ):
+        """`beside`: a batch's first worker, whose template this one's server is copied from (`share`: torch
+        imported once a batch), and in whose folder this one's is (in that server's view); closed after this one."""
+        self.beside = beside if beside is not None and not beside.spawns else None
+        self.template: Server | None = None  # the server the batch's workers' servers are copies of (share)
         self.sandbox = choose_sandbox(sandbox)
         self.asked = sandbox or os.environ.get(SANDBOX_ENV)  # the sandbox named (else bubblewrap where it runs)
         self.namespaces = namespaces  # False: as where the kernel refuses them (for tests of that case)
@@ -122,8 +132,14 @@ class Worker:
         if self.limits.memory_mb and not self.spawns:
             self.cgroup = make_job_cgroup(job_memory_mb(self.limits)) if cgroup else "none was asked for"
         self.cgroup_procs = self.cgroup.procs() if isinstance(self.cgroup, JobCgroup) else None
-        # locked while the worker lives: the next worker removes it if this grader dies before it can
-        self.root, self.root_lock = held_work_folder(remove_tree)
+        # locked while the worker lives: the next worker removes it if this grader dies before it can (beside a
+        # batch's first: in its folder, which its lock covers)
+        if self.beside is not None:
+            beside = self.beside.root / "workers"
+            beside.mkdir(mode=0o711, exist_ok=True)
+            self.root, self.root_lock = Path(tempfile.mkdtemp(dir=beside)), None
+        else:
+            self.root, self.root_lock = held_work_folder(remove_tree)
         self.root.chmod(0o711)  # the job's uid passes through to its own folder
         if self.spawns:
             install_tool(self.root)
@@ -231,24 +247,44 @@ class Worker:
         return folder
 
     def hand_over(self, folder: Path) -> None:
-        """As root: the job's uid may write only its out/ and work/ folders."""
-        for path in (folder, *folder.rglob("*")):
-            mode = 0o755 if path.is_dir() else 0o644
-            try:
-                os.chmod(path, mode, follow_symlinks=False)
-            except NotImplementedError:  # Windows (Python < 3.13): a link is left alone by looking first
-                if not path.is_symlink():
-                    os.chmod(path, mode)
+        """As root: the job's uid may write only its out/ and work/ folders, and enter the job's folder by its group
+        (the job's gid is its uid: zygote.become), which no other worker's job has: where the jobs see the work
+        folders (a `TMPDIR` outside the folders each job's view replaces), the other workers' jobs, which share
+        the first worker's folder (Worker's `beside`), can neither list nor enter it."""
+        for top, _, files in os.walk(folder):  # strings, and the kinds scandir read: ~250 paths a phase
+            for path, mode in [(top, 0o755), *((os.path.join(top, name), 0o644) for name in files)]:
+                try:
+                    os.chmod(path, mode, follow_symlinks=False)
+                except NotImplementedError:  # Windows (Python < 3.13): a link is left alone by looking first
+                    if not os.path.islink(path):
+                        os.chmod(path, mode)
         if self.uid is not None:
             for sub in ("out", "work"):
                 os.chown(folder / sub, self.uid, self.uid)
+            os.chown(folder, 0, self.uid)
+            os.chmod(folder, 0o750)
 
     def start(self) -> Worker:
         """Start the grading server now, without waiting for it (it imports torch while the grader goes on).
         Where there is no fork server (Windows, macOS), each attempt starts its own Python instead: nothing to start."""
         if self.server is None and not self.spawns:
-            self.server = Server(self.sandbox, self.root, self.limits, self.cgroup_procs)
+            self.server = self.new_server()
         return self
+
+    def share(self) -> Worker:
+        """Make this worker's server (started, maybe still importing torch) the template of a batch's: every worker's
+        server, this one's too, is a copy of it (Server.clone), made at once, so no worker imports torch again. The
+        template runs no job: a job's end (its server stuck, killed) ends only its worker's copy, never the others'."""
+        if self.server is not None and self.template is None and not self.spawns:
+            self.template, self.server = self.server, self.server.clone(self.cgroup_procs)
+        return self
+
+    def new_server(self) -> Server:
+        """A copy of the batch's template (`share`) where it runs, else a server of this worker's own."""
+        source = self.beside.template if self.beside is not None else self.template
+        if source is not None and not source.ended():
+            return source.clone(self.cgroup_procs)
+        return Server(self.sandbox, self.root, self.limits, self.cgroup_procs)
 
     def warm(self, names: list[str]) -> None:
         """Have the grading server import `names` now (the course's: Assignment.warm), while the grader stages and
@@ -262,11 +298,18 @@ class Worker:
             self.warmed.update(names)
 
     def ensure_server(self) -> Server:
-        if self.server is None or self.server.process.poll() is not None:
+        if self.server is None or self.server.ended():
             if self.server is not None:
                 self.server.close()
-            self.server = Server(self.sandbox, self.root, self.limits, self.cgroup_procs)
+            self.server = self.new_server()
             self.warmed.clear()
+        try:
+            return self.server.ready()
+        except StaffError:
+            if not isinstance(self.server, ClonedServer):
+                raise
+        self.server = Server(self.sandbox, self.root, self.limits, self.cgroup_procs)  # its source ended meanwhile
+        self.warmed.clear()
         return self.server.ready()
 
     def end_processes(self, wait: bool = True) -> None:
@@ -345,9 +388,10 @@ class Worker:
             self.scanner.close()
         if self.uid is None:
             self.end_processes()  # through the server, while it is there
-        if self.server is not None:
-            self.server.close()
-            self.server = None
+        for server in (self.server, self.template):  # the template last: its copies end with it
+            if server is not None:
+                server.close()
+        self.server = self.template = None
         if self.uid is not None:
             kill_uid(self.uid)
             self.after_kill()
