@@ -688,8 +688,8 @@ def test_a_worker_that_fails_to_start_gives_back_its_folder_its_lock_and_its_uid
         taken["uid"], taken["lease"] = lease_uid(*args)
         return taken["uid"], taken["lease"]
 
-    def held(remove):
-        taken["folder"], taken["lock"] = held_work_folder(remove)
+    def held(remove, **where):
+        taken["folder"], taken["lock"] = held_work_folder(remove, **where)
         return taken["folder"], taken["lock"]
 
     def no_scanner():

@@ -16,6 +16,7 @@ import torch
 import cs_basics.harness.grading.sandbox.folderlock as folderlock
 from cs_basics.harness.grading.pipeline.grade import grade
 from cs_basics.harness.grading.sandbox.folderlock import MEMORY_FOLDER, WORK_PREFIX, left_work_folders, work_parent
+from cs_basics.harness.grading.sandbox.jobcgroup import JobCgroup
 from cs_basics.harness.grading.sandbox.limits import Limits
 from cs_basics.harness.grading.sandbox.litter import remove_tree
 from cs_basics.harness.grading.sandbox.server import ClonedServer
@@ -87,6 +88,33 @@ def test_a_sweep_of_one_workers_processes_leaves_the_other_workers_server(assign
 
 
 # ---------------------------------------------------------------- each worker's jobs apart
+
+HOLDS_A_CGROUP = """
+import os as _os
+_found = []
+for _fd in _os.listdir("/proc/self/fd"):
+    try:
+        _target = _os.readlink("/proc/self/fd/" + _fd)
+    except OSError:
+        continue
+    if "cgroup.procs" in _target:
+        _found.append(_target)
+"""
+
+
+@needs_root
+@pytest.mark.parametrize("sandbox", SANDBOXES)
+def test_no_job_of_a_batch_holds_a_descriptor_of_a_job_cgroup(assignment, tmp_path, sandbox):
+    """The template is started with the first worker's job cgroup (its `cgroup.procs`, opened by root for writing);
+    a copy that kept it open passed it to every job it forked, and a job could write itself (or, without a PID
+    namespace, the template) into another worker's cgroup, out of its own limit. No job holds one."""
+    with Worker(sandbox, SPYING).start() as first, Worker(sandbox, SPYING, beside=first.share()) as second:
+        if not isinstance(first.cgroup, JobCgroup):
+            pytest.skip(f"no job cgroup here: {first.cgroup}")
+        for worker in (first, second):
+            spy = submission(tmp_path, HOLDS_A_CGROUP + softmax_fails_if("_found"), name=f"spy{id(worker)}")
+            result = grade(assignment, spy, torch.device("cpu"), worker=worker)
+            assert scores(result) == pytest.approx(FULL), outputs_of(result)[:2]
 
 
 @pytest.fixture
@@ -174,3 +202,42 @@ def test_a_dead_graders_work_folder_in_dev_shm_is_removed_by_the_next_worker(mon
         assert not left.exists()
     finally:
         remove_tree(left)
+
+
+# ---------------------------------------------------------------- the job cgroup and what the servers import
+
+
+@needs_root
+def test_a_copy_joins_its_workers_job_cgroup_and_the_template_none(assignment, tmp_path):
+    """Each copy is in its worker's job cgroup from its first job on, so each child is born there (a child that moved
+    itself waited 11 to 14 ms a phase for the kernel, and every fork on the machine behind it); the template, which
+    runs no job, is in none: an OOM kill there would end every worker's copy."""
+    with Worker("fallback", LIMITS).start() as first, Worker("fallback", LIMITS, beside=first.share()) as second:
+        if not isinstance(first.cgroup, JobCgroup):
+            pytest.skip(f"no job cgroup here: {first.cgroup}")
+        for worker in (first, second):
+            result = grade(assignment, submission(tmp_path, name=f"s{id(worker)}"), torch.device("cpu"), worker=worker)
+            assert scores(result) == pytest.approx(FULL), outputs_of(result)[:2]
+            cgroups = Path(f"/proc/{worker.server.pid}/cgroup").read_text()  # the fallback's pids are the machine's
+            assert f"/{worker.cgroup.folder.name}\n" in cgroups, cgroups
+        template = Path(f"/proc/{first.template.process.pid}/cgroup").read_text()
+        assert all(w.cgroup.folder.name not in template for w in (first, second)), template
+
+
+@needs_root
+@pytest.mark.parametrize("sandbox", SANDBOXES)
+def test_a_library_named_after_a_copys_first_job_is_imported_by_the_template_and_a_fresh_copy(
+    assignment, tmp_path, sandbox
+):
+    """A copy in its job cgroup imports nothing (its memory would count against the jobs'): a library a later
+    submission names (einx, checkpoint's torch._dynamo) is imported by the template, and the next job runs in a
+    fresh copy of it, which has it."""
+    with Worker(sandbox, LIMITS).start() as first, Worker(sandbox, LIMITS, beside=first.share()) as second:
+        grade(assignment, submission(tmp_path, name="first"), torch.device("cpu"), worker=second)
+        ran = second.server
+        assert isinstance(ran, ClonedServer) and ran.ran
+        second.warm(["colorsys"])  # a module no server imported
+        assert second.server is not ran and ran.ended(), "the copy that ran a job was kept"
+        assert "colorsys" in first.template.warmed and "colorsys" in second.server.warmed
+        result = grade(assignment, submission(tmp_path, name="second"), torch.device("cpu"), worker=second)
+    assert scores(result) == pytest.approx(FULL), outputs_of(result)[:2]

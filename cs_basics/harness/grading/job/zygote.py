@@ -374,8 +374,9 @@ class ForkServer:
     def handle(self, message: dict, fds: list[int]) -> None:
         if message.get("op") == "run":
             job = message["job"]
-            import_libraries(job.get("warm", []))  # those the grader saw the code name (worker.WARM_ON_REQUEST)
-            join_job_cgroup()
+            if not IN_JOB_CGROUP[0]:  # those the grader saw the code name (worker.WARM_ON_REQUEST); once in the
+                import_libraries(job.get("warm", []))  # job cgroup, none: the child imports what is missing
+            join_job_cgroup(job.get("cgroup_kills_all", False))
             keeper = self.pid_namespace(job, fds)
             pid = os.fork()
             if pid == 0:
@@ -390,8 +391,8 @@ class ForkServer:
                 os.close(fd)
             self.jobs[pid] = job["id"]
             self.send(started=job["id"])
-        elif message.get("op") == "warm":  # the course's (Assignment.warm), sent as soon as the grader knows it
-            import_libraries(message.get("names", []))
+        elif message.get("op") == "warm" and not IN_JOB_CGROUP[0]:  # the course's (Assignment.warm), sent as soon
+            import_libraries(message.get("names", []))  # as the grader knows it; not counted as the jobs' memory
         elif message.get("op") == "clone":
             self.clone(fds)
         elif message.get("op") == "end_clone":  # one the grader found stuck
@@ -429,6 +430,8 @@ class ForkServer:
                 WAKE[:] = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
                 for fd in fds:
                     os.set_inheritable(fd, False)
+                if JOB_CGROUP[0] is not None:  # this server's worker's: no job of the copy's may hold it
+                    os.close(JOB_CGROUP[0])
                 JOB_CGROUP[0] = fds[1] if len(fds) > 1 else None
                 IN_JOB_CGROUP[0] = False  # its own worker's, at its first job
                 set_death_signal()
@@ -497,15 +500,25 @@ class ForkServer:
                 self.send(ended=job, how=describe_status(status))
 
 
-def join_job_cgroup() -> None:
+def join_job_cgroup(kills_all: bool) -> None:
     """The server into its worker's job cgroup, once, at its first job: each child it forks is then born there.
     A child that joined it itself waited at each phase: the kernel's lock for moving a process between cgroups
-    first waits for an RCU grace period (11 to 14 ms here, 0.1 ms of CPU), which a worker pays once this way.
-    What the server held before stays counted where it was (the kernel moves no charge). A batch's template,
-    which runs no job, never joins one: an OOM kill there would end every copy."""
-    if not IN_JOB_CGROUP[0] and JOB_CGROUP[0] is not None:
-        IN_JOB_CGROUP[0] = CONFINE[0].join_cgroup(JOB_CGROUP[0])  # closes it: no child holds it
-        JOB_CGROUP[0] = None
+    first waits for an RCU grace period (11 to 14 ms here, 0.1 ms of CPU), and every fork on the machine waits
+    behind it; a worker pays it once this way. What the server held before stays counted where it was (the
+    kernel moves no charge), and it imports nothing more once in (ForkServer.handle): the jobs' limit counts no
+    memory of its own but the pages it writes. Where the cgroup's OOM kill ends all of it (`kills_all`: v2's
+    memory.oom.group), the server first makes itself unkillable (oom_score_adj -1000, which its children raise
+    to 1000 before any student code runs); where it may not, its children join one by one, as before. A batch's
+    template, which runs no job, never joins one: an OOM kill there would end every copy."""
+    if IN_JOB_CGROUP[0] or JOB_CGROUP[0] is None:
+        return
+    if kills_all:
+        try:
+            Path("/proc/self/oom_score_adj").write_text("-1000")
+        except OSError:  # no CAP_SYS_RESOURCE (a user namespace's root)
+            return
+    IN_JOB_CGROUP[0] = CONFINE[0].join_cgroup(JOB_CGROUP[0])  # closes it: no child holds it
+    JOB_CGROUP[0] = None
 
 
 def children_of(pid: str) -> list[int]:

@@ -142,6 +142,7 @@ def job_settings(assignment: Assignment, folder: Path, device: torch.device, wor
         "uid": worker.uid,
         "namespaces": worker.isolated,
         "landlock": worker.landlock,
+        "cgroup_kills_all": worker.cgroup_kills_all(),
         "limits": {
             "memory_mb": limits.memory_mb,
             "file_mb": limits.file_mb,
@@ -195,7 +196,7 @@ def run_submission(assignment: Assignment, submission: Path, cases: list[Case], 
     seconds = {c.id: assignment.case_seconds(c) for c in to_run}
     job = job_settings(assignment, folder, device, worker) | {
         "problems": {c.id: c.problem for c in to_run},
-        "warm": [*assignment.warm, *warm],  # paid by the server before it forks, never by a case
+        "warm": worker.warm([*assignment.warm, *warm]),  # paid by the server before it forks, never by a case
         "case_seconds": {case: s for case, s in seconds.items() if s is not None},
     }
     by_id = {c.id: c for c in to_run}

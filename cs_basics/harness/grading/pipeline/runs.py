@@ -3,6 +3,7 @@ phase before the hidden one, the outputs read back once every process of the job
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -388,6 +389,8 @@ def read_outputs(path: Path) -> tuple[dict | None, str | None]:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return None, "your code's outputs could not be read back (not a regular file)"
         data = f.read(OUTPUT_FILE_LIMIT + 1)
+    with contextlib.suppress(OSError):  # read once: where the work folder is in memory (/dev/shm), what it held
+        path.unlink()  # is no longer counted against the job's memory in the phases after
     if len(data) > OUTPUT_FILE_LIMIT:
         return None, f"your code's outputs are over {OUTPUT_FILE_LIMIT >> 20} MiB"
     from safetensors.torch import load

@@ -30,10 +30,12 @@ MEMORY_FOLDER_FREE_MB = 1024
 NAMED_TEMPORARY = ("TMPDIR", "TEMP", "TMP")  # as tempfile reads them
 
 
-def work_parent() -> str:
-    """Where a grader's work folders go: the temporary folder the staff named, else /dev/shm where it is a memory
-    file system (tmpfs) this user may write with MEMORY_FOLDER_FREE_MB free, else the system's temporary folder."""
-    if any(os.environ.get(name) for name in NAMED_TEMPORARY) or not memory_folder_fits():
+def work_parent(memory: bool = True) -> str:
+    """Where a grader's work folders go: the temporary folder the staff named, else /dev/shm where `memory` allows it
+    and it is a memory file system (tmpfs) this user may write with MEMORY_FOLDER_FREE_MB free, else the system's
+    temporary folder. A worker allows it only where its jobs' memory cgroup counts what they write there (a tmpfs
+    file is memory, and nothing else bounds how much a job's outputs hold: jobcgroup.py)."""
+    if not memory or any(os.environ.get(name) for name in NAMED_TEMPORARY) or not memory_folder_fits():
         return tempfile.gettempdir()
     return MEMORY_FOLDER
 
@@ -109,14 +111,14 @@ def left_work_folders() -> list[Path]:
     return found
 
 
-def held_work_folder(remove: Callable[[Path], None]) -> tuple[Path, int | None]:
+def held_work_folder(remove: Callable[[Path], None], memory: bool = True) -> tuple[Path, int | None]:
     """A fresh work folder and its lock, once the folders graders that died left are removed. Never fails for the
     lock's sake: where none can be held (Windows; a file system that refuses flock, as NFS may) or other graders
     keep sweeping the fresh folder before it is locked, an unlocked folder that no grader removes."""
     if unix_module("fcntl") is None:
         return Path(tempfile.mkdtemp(prefix=UNLOCKED_PREFIX)), None
     remove_unheld(left_work_folders(), remove)
-    parent = work_parent()
+    parent = work_parent(memory)
     for _ in range(20):  # a grader removing dead folders may take this one between its making and its lock
         folder = Path(tempfile.mkdtemp(prefix=WORK_PREFIX, dir=parent))
         try:
@@ -131,4 +133,4 @@ def held_work_folder(remove: Callable[[Path], None]) -> tuple[Path, int | None]:
             return folder, held
         if held is not None:
             os.close(held)
-    return Path(tempfile.mkdtemp(prefix=UNLOCKED_PREFIX, dir=parent)), None
+    return Path(tempfile.mkdtemp(prefix=UNLOCKED_PREFIX)), None  # never removed: not in memory

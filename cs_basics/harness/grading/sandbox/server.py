@@ -10,6 +10,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import threading
 from pathlib import Path
 
 from cs_basics.harness.grading.sandbox.bubblewrap import (
@@ -58,12 +59,20 @@ class Server:
                 start_new_session=True,
             )
         theirs.close()
+        self.reading = threading.Lock()  # its first message, its ready, read once (ready)
+        self.warmed: set[str] = set()  # what it was asked to import (Worker.warm)
+        self.ran = False  # whether it was sent a job (a server then joins its job cgroup: zygote.join_job_cgroup)
         self.namespaces: bool | None = None  # whether each job gets namespaces of its own, once the server is ready
         self.own_proc = True  # whether a job with namespaces has a /proc of its own (see zygote.namespaces_allowed)
         self.landlock = 0  # the Landlock ABI the kernel offers the server's children (0: none), once it is ready
 
     def ready(self) -> Server:
-        """The server, once it said it is ready (it imports torch meanwhile: the grader need not wait for it)."""
+        """The server, once it said it is ready (it imports torch meanwhile: the grader need not wait for it). A
+        batch's workers may ask its template at once (Worker.new_server): one reads the message, the others wait."""
+        with self.reading:
+            return self._ready()
+
+    def _ready(self) -> Server:
         if self.namespaces is None:
             ready = self.receive(self.limits.import_seconds)
             if not ready or not ready.get("ready"):
@@ -106,6 +115,7 @@ class Server:
         return bubblewrap_command(how, command, [*view, "--chdir", str(self.root)])
 
     def send(self, message: dict, fds: tuple[int, ...] = ()) -> None:
+        self.ran = self.ran or message.get("op") == "run"
         socket.send_fds(self.sock, [json.dumps(message).encode()], list(fds))
 
     def receive(self, timeout: float) -> dict | None:
@@ -146,12 +156,13 @@ class ClonedServer(Server):
     its socket reads as closed, and a stop signal from outside reaches it as it reaches its source."""
 
     def __init__(self, source: Server, sock: socket.socket):
-        self.source, self.sock = source, sock
+        self.source, self.sock, self.reading = source, sock, threading.Lock()
+        self.warmed, self.ran = set(source.warmed), False  # a fork of the source: what it imported, it has
         self.sandbox, self.root, self.limits = source.sandbox, source.root, source.limits
         self.namespaces, self.own_proc, self.landlock = None, True, 0
         self.pid: int | None = None  # in its sandbox's PID namespace: what the source may end (close)
 
-    def ready(self) -> Server:
+    def _ready(self) -> Server:
         if self.namespaces is None:
             ready = self.receive(self.limits.import_seconds)
             if not ready or not ready.get("ready"):
@@ -165,11 +176,12 @@ class ClonedServer(Server):
         return self
 
     def ended(self) -> bool:
+        """Whether the copy's end of the socket is closed (POLLHUP: set even where a message is still unread)."""
         try:
-            return self.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
-        except BlockingIOError:
-            return False
-        except OSError:
+            watch = select.poll()
+            watch.register(self.sock, select.POLLIN)
+            return any(events & (select.POLLHUP | select.POLLERR | select.POLLNVAL) for _, events in watch.poll(0))
+        except (OSError, ValueError):  # closed here
             return True
 
     def stop_signal(self, wait: float = 2.0) -> str | None:

@@ -122,7 +122,6 @@ class Worker:
         self.overlays = Overlays(self.root)  # the files laid over each job's code (a batch's workers share theirs)
         self.none_left = False  # no process of the uid is left, and no job started since (known by kill_uid)
         self.swept_left = 0  # without a uid: the processes the server's last sweep could not end
-        self.warmed: set[str] = set()  # what the server was asked to import (warm)
 
     def acquire(self, cgroup: bool) -> None:
         """The uid (leased), the job cgroup (False: as where none can be made, for tests), the work folder."""
@@ -139,7 +138,7 @@ class Worker:
             beside.mkdir(mode=0o711, exist_ok=True)
             self.root, self.root_lock = Path(tempfile.mkdtemp(dir=beside)), None
         else:
-            self.root, self.root_lock = held_work_folder(remove_tree)
+            self.root, self.root_lock = held_work_folder(remove_tree, memory=isinstance(self.cgroup, JobCgroup))
         self.root.chmod(0o711)  # the job's uid passes through to its own folder
         if self.spawns:
             install_tool(self.root)
@@ -239,10 +238,14 @@ class Worker:
         return self.attempts
 
     def new_job_dir(self) -> Path:
+        """A job's folder, root's alone until hand_over opens it to the job's uid: what is staged there meanwhile
+        (a submission's code, the hidden cases') is no other job's to read, at a path it could guess."""
         self.jobs += 1
         folder = self.root / "jobs" / str(self.jobs)
+        folder.parent.mkdir(mode=0o711, exist_ok=True)
+        folder.mkdir(mode=0o700)
         for sub in ("code", "inputs", "out", "work"):
-            (folder / sub).mkdir(parents=True)
+            (folder / sub).mkdir()
         os.chmod(folder.parent, 0o711)
         return folder
 
@@ -273,43 +276,72 @@ class Worker:
 
     def share(self) -> Worker:
         """Make this worker's server (started, maybe still importing torch) the template of a batch's: every worker's
-        server, this one's too, is a copy of it (Server.clone), made at once, so no worker imports torch again. The
+        server, this one's too, is a copy of it (Server.clone, `new_server`), so no worker imports torch again. The
         template runs no job: a job's end (its server stuck, killed) ends only its worker's copy, never the others'."""
         if self.server is not None and self.template is None and not self.spawns:
-            self.template, self.server = self.server, self.server.clone(self.cgroup_procs)
+            self.template, self.server = self.server, None
         return self
 
     def new_server(self) -> Server:
-        """A copy of the batch's template (`share`) where it runs, else a server of this worker's own."""
+        """A copy of the batch's template (`share`) where it runs and its jobs get namespaces of their own, else a
+        server of this worker's own. Jobs without namespaces would share the template's temporary folders (in
+        bubblewrap: one tmpfs of `tmp_mb`) with every other worker's: there the first worker grades in the template
+        itself, and the others each in a server of its own, as before."""
         source = self.beside.template if self.beside is not None else self.template
         if source is not None and not source.ended():
-            return source.clone(self.cgroup_procs)
+            try:
+                namespaces = source.ready().namespaces
+            except StaffError:  # it could not start: neither can a copy
+                namespaces = False
+            if namespaces:
+                return source.clone(self.cgroup_procs)
+            if source is self.template and not source.ended():
+                return source
         return Server(self.sandbox, self.root, self.limits, self.cgroup_procs)
 
-    def warm(self, names: list[str]) -> None:
+    def warm(self, names: list[str]) -> list[str]:
         """Have the grading server import `names` now (the course's: Assignment.warm), while the grader stages and
-        scans, so that no job waits for them and no case pays for them; each name once a server."""
-        names = [n for n in names if n not in self.warmed]
-        if self.spawns or not names:
-            return
+        scans, so that no job waits for them and no case pays for them; each name once a server. A copy of the
+        batch's template that ran a job is in its job cgroup, where it imports nothing (zygote.join_job_cgroup):
+        the template imports them, and a fresh copy of it takes the next job. Returns `names`."""
+        if self.spawns:
+            return names
+        source = self.beside.template if self.beside is not None else self.template
+        if self.server is None and source is not None:  # no copy yet: the template imports them, and its copies
+            new = [n for n in names if n not in source.warmed]  # have them (it may still be importing torch)
+            with contextlib.suppress(OSError):
+                source.send({"op": "warm", "names": new}) if new else None
+                source.warmed.update(new)
+            return names
         self.start()
-        with contextlib.suppress(OSError):
-            self.server.send({"op": "warm", "names": names})
-            self.warmed.update(names)
+        new = [n for n in names if n not in self.server.warmed]
+        if new and isinstance(self.server, ClonedServer) and self.server.ran and not source.ended():
+            with contextlib.suppress(OSError):
+                source.send({"op": "warm", "names": new})
+                source.warmed.update(new)
+            self.server.close()
+            self.server = source.clone(self.cgroup_procs)
+        elif new:
+            with contextlib.suppress(OSError):
+                self.server.send({"op": "warm", "names": new})
+                self.server.warmed.update(new)
+        return names
+
+    def cgroup_kills_all(self) -> bool:
+        """Whether an OOM kill in the job cgroup ends every process in it (v2's memory.oom.group: jobcgroup.py)."""
+        return isinstance(self.cgroup, JobCgroup) and self.cgroup.version == 2
 
     def ensure_server(self) -> Server:
         if self.server is None or self.server.ended():
             if self.server is not None:
                 self.server.close()
             self.server = self.new_server()
-            self.warmed.clear()
         try:
             return self.server.ready()
         except StaffError:
             if not isinstance(self.server, ClonedServer):
                 raise
         self.server = Server(self.sandbox, self.root, self.limits, self.cgroup_procs)  # its source ended meanwhile
-        self.warmed.clear()
         return self.server.ready()
 
     def end_processes(self, wait: bool = True) -> None:
@@ -388,7 +420,7 @@ class Worker:
             self.scanner.close()
         if self.uid is None:
             self.end_processes()  # through the server, while it is there
-        for server in (self.server, self.template):  # the template last: its copies end with it
+        for server in dict.fromkeys([self.server, self.template]):  # the template last: its copies end with it
             if server is not None:
                 server.close()
         self.server = self.template = None
