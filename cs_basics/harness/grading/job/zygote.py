@@ -62,6 +62,7 @@ CHILD = []  # child.py, loaded once by the server (its folder is out of a job's 
 CONFINE = []  # confine.py: the network, System V IPC and uncounted memory refused (see run_child)
 JOB_CGROUP: list[int | None] = [None]  # the worker's job cgroup's cgroup.procs, opened by the grader (argv[2])
 IN_JOB_CGROUP = [False]  # whether the server itself joined it, at its first job (join_job_cgroup)
+IS_COPY = [False]  # whether this server is a copy of a batch's template (ForkServer.clone): only a copy joins it
 WAKE = list(os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC))  # the server's wake-up pipe (ForkServer.serve); a job closes it
 OWN_PROC = [True]  # whether a job with namespaces mounts a /proc of its own (see namespaces_allowed)
 # the job's /proc shows only its uid's processes: not the keeper, which the server starts in its own mount and network
@@ -103,6 +104,9 @@ def limit(job: dict) -> None:
         resource.setrlimit(resource.RLIMIT_DATA, (size, size))
     with contextlib.suppress(OSError):  # where memory runs out all the same, the OOM killer ends this job first
         Path("/proc/self/oom_score_adj").write_text("1000")
+    with contextlib.suppress(OSError, ValueError):  # never at its server's -1000 (join_job_cgroup): unkillable
+        if int(Path("/proc/self/oom_score_adj").read_text()) < 0:
+            raise RuntimeError("the job's oom_score_adj could not be raised from its server's")
     size = min(limits["file_mb"], limits["tmp_mb"]) << 20  # without namespaces, all that bounds a file there
     resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
@@ -434,6 +438,7 @@ class ForkServer:
                     os.close(JOB_CGROUP[0])
                 JOB_CGROUP[0] = fds[1] if len(fds) > 1 else None
                 IN_JOB_CGROUP[0] = False  # its own worker's, at its first job
+                IS_COPY[0] = True
                 set_death_signal()
                 copy = ForkServer(socket.socket(fileno=fds[0]))
                 copy.own_pid_namespace = self.own_pid_namespace
@@ -510,8 +515,8 @@ def join_job_cgroup(kills_all: bool) -> None:
     memory.oom.group), the server first makes itself unkillable (oom_score_adj -1000, which its children raise
     to 1000 before any student code runs); where it may not, its children join one by one, as before. A batch's
     template, which runs no job, never joins one: an OOM kill there would end every copy."""
-    if IN_JOB_CGROUP[0] or JOB_CGROUP[0] is None:
-        return
+    if IN_JOB_CGROUP[0] or JOB_CGROUP[0] is None or not IS_COPY[0]:  # a server of its own imports what later jobs
+        return  # name: its children join one by one
     if kills_all:
         try:
             Path("/proc/self/oom_score_adj").write_text("-1000")

@@ -74,7 +74,10 @@ class Server:
 
     def _ready(self) -> Server:
         if self.namespaces is None:
-            ready = self.receive(self.limits.import_seconds)
+            try:
+                ready = self.receive(self.limits.import_seconds)
+            except (OSError, ValueError):  # closed as it failed, by another worker's thread that asked first
+                ready = {"gone": True}
             if not ready or not ready.get("ready"):
                 said = f"did not start in {self.limits.import_seconds:.0f} s"
                 if ready is not None:  # it ended before it was ready: what it (or bwrap) printed is on stderr
@@ -97,14 +100,15 @@ class Server:
         second import of torch. It lives in this server's sandbox, and ends with it: the grader closes this server
         last. Its jobs' folders must be in this server's view (below its `root`)."""
         sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        try:
+        warmed = set(self.warmed)  # what the copy will have: imported before the message below (another thread may
+        try:  # ask for more meanwhile, after it)
             passed = (theirs.fileno(),) if cgroup_procs is None else (theirs.fileno(), cgroup_procs)
             self.send({"op": "clone"}, passed)
         except OSError:  # this server has ended: the copy's socket reads as closed, and the worker starts its own
             pass
         finally:
             theirs.close()
-        return ClonedServer(self, sock)
+        return ClonedServer(self, sock, warmed)
 
     def sandboxed(self, command: list[str]) -> contextlib.AbstractContextManager[BubblewrapCommand]:
         """The server's command line: in bubblewrap, the way it runs here (bubblewrap.bubblewrap_runs), or as it is."""
@@ -155,16 +159,19 @@ class ClonedServer(Server):
     in the sandbox of the server it was copied from (`source`), which is not the grader's child: it has ended when
     its socket reads as closed, and a stop signal from outside reaches it as it reaches its source."""
 
-    def __init__(self, source: Server, sock: socket.socket):
+    def __init__(self, source: Server, sock: socket.socket, warmed: set[str]):
         self.source, self.sock, self.reading = source, sock, threading.Lock()
-        self.warmed, self.ran = set(source.warmed), False  # a fork of the source: what it imported, it has
+        self.warmed, self.ran = warmed, False  # a fork of the source: what it imported, it has
         self.sandbox, self.root, self.limits = source.sandbox, source.root, source.limits
         self.namespaces, self.own_proc, self.landlock = None, True, 0
         self.pid: int | None = None  # in its sandbox's PID namespace: what the source may end (close)
 
     def _ready(self) -> Server:
         if self.namespaces is None:
-            ready = self.receive(self.limits.import_seconds)
+            try:
+                ready = self.receive(self.limits.import_seconds)
+            except (OSError, ValueError):  # closed
+                ready = {"gone": True}
             if not ready or not ready.get("ready"):
                 self.close()
                 said = "ended as it started" if ready else f"did not start in {self.limits.import_seconds:.0f} s"

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from cs_basics.harness.grading.sandbox.attempts import Attempt, ChildLog, SpawnedAttempt
 from cs_basics.harness.grading.sandbox.bubblewrap import SANDBOX_ENV, bubblewrap_runs, choose_sandbox
-from cs_basics.harness.grading.sandbox.folderlock import held_work_folder
+from cs_basics.harness.grading.sandbox.folderlock import MEMORY_FOLDER, held_work_folder
 from cs_basics.harness.grading.sandbox.jobcgroup import JobCgroup, job_memory_mb, make_job_cgroup
 from cs_basics.harness.grading.sandbox.leases import (
     dying,
@@ -133,12 +133,18 @@ class Worker:
         self.cgroup_procs = self.cgroup.procs() if isinstance(self.cgroup, JobCgroup) else None
         # locked while the worker lives: the next worker removes it if this grader dies before it can (beside a
         # batch's first: in its folder, which its lock covers)
+        if (
+            self.beside is not None
+            and not self.cgroup_counts_files()
+            and self.beside.root.is_relative_to(MEMORY_FOLDER)
+        ):
+            self.beside = None  # its jobs' files in memory, which no cgroup of theirs would count: a folder of its own
         if self.beside is not None:
             beside = self.beside.root / "workers"
             beside.mkdir(mode=0o711, exist_ok=True)
             self.root, self.root_lock = Path(tempfile.mkdtemp(dir=beside)), None
         else:
-            self.root, self.root_lock = held_work_folder(remove_tree, memory=isinstance(self.cgroup, JobCgroup))
+            self.root, self.root_lock = held_work_folder(remove_tree, memory=self.cgroup_counts_files())
         self.root.chmod(0o711)  # the job's uid passes through to its own folder
         if self.spawns:
             install_tool(self.root)
@@ -254,8 +260,12 @@ class Worker:
         (the job's gid is its uid: zygote.become), which no other worker's job has: where the jobs see the work
         folders (a `TMPDIR` outside the folders each job's view replaces), the other workers' jobs, which share
         the first worker's folder (Worker's `beside`), can neither list nor enter it."""
+        if self.uid is not None:  # first: the folder is root's alone (new_job_dir) until it is the job's
+            os.chown(folder, 0, self.uid)
+            os.chmod(folder, 0o750)
         for top, _, files in os.walk(folder):  # strings, and the kinds scandir read: ~250 paths a phase
-            for path, mode in [(top, 0o755), *((os.path.join(top, name), 0o644) for name in files)]:
+            folders = [] if top == str(folder) and self.uid is not None else [(top, 0o755)]
+            for path, mode in [*folders, *((os.path.join(top, name), 0o644) for name in files)]:
                 try:
                     os.chmod(path, mode, follow_symlinks=False)
                 except NotImplementedError:  # Windows (Python < 3.13): a link is left alone by looking first
@@ -264,8 +274,6 @@ class Worker:
         if self.uid is not None:
             for sub in ("out", "work"):
                 os.chown(folder / sub, self.uid, self.uid)
-            os.chown(folder, 0, self.uid)
-            os.chmod(folder, 0o750)
 
     def start(self) -> Worker:
         """Start the grading server now, without waiting for it (it imports torch while the grader goes on).
@@ -329,7 +337,11 @@ class Worker:
 
     def cgroup_kills_all(self) -> bool:
         """Whether an OOM kill in the job cgroup ends every process in it (v2's memory.oom.group: jobcgroup.py)."""
-        return isinstance(self.cgroup, JobCgroup) and self.cgroup.version == 2
+        return isinstance(self.cgroup, JobCgroup) and (self.cgroup.folder / "memory.oom.group").exists()
+
+    def cgroup_counts_files(self) -> bool:
+        """Whether a memory cgroup counts what the jobs write to a tmpfs (where their work folder may be in memory)."""
+        return isinstance(self.cgroup, JobCgroup)
 
     def ensure_server(self) -> Server:
         if self.server is None or self.server.ended():
