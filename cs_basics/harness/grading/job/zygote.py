@@ -27,6 +27,7 @@ import contextlib
 import ctypes
 import errno
 import fcntl
+import gc
 import importlib.util
 import json
 import os
@@ -551,6 +552,9 @@ def main() -> None:
     warm_up()
     CHILD.append(load("child"))
     CONFINE.append(load("confine"))
+    # what the imports made, out of every later collection's walk: a collection writes to each object it walks,
+    # and in a forked child each write to a page copies it (about 300 MiB of them a child shares with this server)
+    gc.freeze()
     try:
         ForkServer(sock).serve()
     except (OSError, ValueError) as err:
