@@ -4,6 +4,7 @@ others' job folders (Worker.hand_over)."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -241,3 +242,35 @@ def test_a_library_named_after_a_copys_first_job_is_imported_by_the_template_and
         assert "colorsys" in first.template.warmed and "colorsys" in second.server.warmed
         result = grade(assignment, submission(tmp_path, name="second"), torch.device("cpu"), worker=second)
     assert scores(result) == pytest.approx(FULL), outputs_of(result)[:2]
+
+
+@needs_root
+def test_a_workers_folder_is_in_memory_only_where_a_job_cgroup_counts_what_its_jobs_write_there(monkeypatch):
+    """A tmpfs file is memory, and only the jobs' memory cgroup bounds how much their outputs hold: a worker without
+    one keeps its folder on disk."""
+    for name in folderlock.NAMED_TEMPORARY:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    if not folderlock.memory_folder_fits():
+        pytest.skip(f"{MEMORY_FOLDER} is no tmpfs with {folderlock.MEMORY_FOLDER_FREE_MB} MiB free here")
+    with Worker("fallback", LIMITS, cgroup=False) as without:
+        assert not without.root.is_relative_to(MEMORY_FOLDER), without.root
+    with Worker("fallback", LIMITS) as counted:
+        if not isinstance(counted.cgroup, JobCgroup):
+            pytest.skip(f"no job cgroup here: {counted.cgroup}")
+        assert counted.root.is_relative_to(MEMORY_FOLDER), counted.root
+
+
+def test_an_outputs_file_is_removed_once_read_back(tmp_path):
+    """Read once (after the phase's processes ended), an outputs file counts against no later phase's memory where
+    the work folder is in memory."""
+    from safetensors.torch import save_file
+
+    from cs_basics.harness.grading.pipeline.runs import read_outputs
+
+    path = tmp_path / "case.safetensors"
+    meta = {"out": {"kind": "tensor", "device": "cpu"}}
+    save_file({"out": torch.ones(2)}, str(path), metadata={"outputs": json.dumps(meta)})
+    outputs, error = read_outputs(path)
+    assert error is None and torch.equal(outputs["out"], torch.ones(2))
+    assert not path.exists()

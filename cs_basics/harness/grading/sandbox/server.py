@@ -86,10 +86,21 @@ class Server:
                     said = f"ended as it started (status {self.process.returncode}; its own error is printed above)"
                 self.close()
                 raise StaffError(f"the grading server {said} ({self.sandbox})")
-            self.namespaces = bool(ready.get("namespaces"))
-            self.own_proc = bool(ready.get("own_proc", True))
-            self.landlock = int(ready.get("landlock") or 0)
+            self.take(ready)
         return self
+
+    def take(self, ready: dict) -> None:
+        """What the server's ready message says of its jobs."""
+        self.namespaces = bool(ready.get("namespaces"))
+        self.own_proc = bool(ready.get("own_proc", True))
+        self.landlock = int(ready.get("landlock") or 0)
+
+    def warm(self, names: list[str]) -> None:
+        """Have it import `names` (those it was not asked for already): zygote's "warm"."""
+        names = [n for n in names if n not in self.warmed]
+        with contextlib.suppress(OSError):  # ended: the worker's next job starts another
+            self.send({"op": "warm", "names": names}) if names else None
+            self.warmed.update(names)
 
     def ended(self) -> bool:
         """Whether the server has ended (the grader then starts another for the next job)."""
@@ -176,9 +187,7 @@ class ClonedServer(Server):
                 self.close()
                 said = "ended as it started" if ready else f"did not start in {self.limits.import_seconds:.0f} s"
                 raise StaffError(f"the copy of the grading server {said} ({self.sandbox})")
-            self.namespaces = bool(ready.get("namespaces"))
-            self.own_proc = bool(ready.get("own_proc", True))
-            self.landlock = int(ready.get("landlock") or 0)
+            self.take(ready)
             self.pid = ready.get("pid")
         return self
 
@@ -195,7 +204,7 @@ class ClonedServer(Server):
         return self.source.stop_signal(wait)  # Slurm's scancel signals every process: the source's too
 
     def close(self) -> None:
-        if self.pid is not None and not self.ended():  # stuck (it reads no message): its source ends it
+        if self.pid is not None and not self.ended():  # its source ends it now (it may be stuck, reading nothing)
             with contextlib.suppress(OSError):
                 self.source.send({"op": "end_clone", "pid": self.pid})
         with contextlib.suppress(OSError):

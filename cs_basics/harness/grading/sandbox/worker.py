@@ -316,23 +316,17 @@ class Worker:
             return names
         source = self.beside.template if self.beside is not None else self.template
         if self.server is None and source is not None:  # no copy yet: the template imports them, and its copies
-            new = [n for n in names if n not in source.warmed]  # have them (it may still be importing torch)
-            with contextlib.suppress(OSError):
-                source.send({"op": "warm", "names": new}) if new else None
-                source.warmed.update(new)
+            source.warm(names)  # have them (it may still be importing torch)
             return names
         self.start()
-        new = [n for n in names if n not in self.server.warmed]
-        if new and isinstance(self.server, ClonedServer) and self.server.ran and not source.ended():
-            with contextlib.suppress(OSError):
-                source.send({"op": "warm", "names": new})
-                source.warmed.update(new)
-            self.server.close()
-            self.server = source.clone(self.cgroup_procs)
-        elif new:
-            with contextlib.suppress(OSError):
-                self.server.send({"op": "warm", "names": new})
-                self.server.warmed.update(new)
+        server = self.server
+        new = [n for n in names if n not in server.warmed]
+        if new and isinstance(server, ClonedServer) and server.ran and not server.source.ended():
+            server.source.warm(new)
+            server.close()
+            self.server = server.source.clone(self.cgroup_procs)
+        else:
+            server.warm(new)
         return names
 
     def cgroup_kills_all(self) -> bool:
