@@ -3,8 +3,8 @@ known mistake and the crash sentences its expected.toml gives it (see staff_test
 
 The set is graded in shards (`cs-basics grade --shard I/N`, the course's own slicing), each a batch of its
 own, made by the first test of that shard and kept for the others: no one set-up grades the whole set (66
-submissions took past pytest-timeout's 300 s on a loaded machine), and under xdist each shard is a group of
-its own, so the shards are graded on several workers at once."""
+submissions once took past pytest-timeout's 300 s on a loaded machine), and under xdist each shard is a group
+of its own, so the shards are graded on two workers at once."""
 
 import pytest
 
@@ -13,7 +13,8 @@ from cs_basics.harness.course.shards import shard_of, submission_folders
 
 from .adversarial import ROOT, STUDENTS, grade_all, judge_all, load, solutions
 
-SHARDS = 6  # about 11 submissions a batch: a few minutes of grading at load 4 on 2 cores, at most
+SHARDS = 2  # about 45 submissions a batch: 12 s idle on 2 cores (each shard's grader and server import torch:
+# six shards took 44 CPU seconds of the suite's, two take 32), at most
 # one shard's batch, bounded by its own limit (sized for a loaded machine), not by pytest-timeout's per-test
 # limit: the tests time their own body only (func_only)
 SHARD_SECONDS = 900

@@ -709,16 +709,16 @@ def test_a_worker_that_fails_to_start_gives_back_its_folder_its_lock_and_its_uid
 # ---------------------------------------------------------------- many graders on one machine
 
 SLOW_ATTENTION = wrap_attention("import time\ntime.sleep(0.3)")  # correct, and 7 s of jobs in all
-GRADERS, UIDS = 4, 3  # more graders than uids: without leases, two of them take the same uid at once
+GRADERS, UIDS = 3, 2  # more graders than uids: without leases, two of them take the same uid at once
 
 
 @needs_root
 @LAST_UIDS
 @pytest.mark.waits  # graders waiting for a uid and for slow correct code
-@pytest.mark.timeout(900)  # four graders at once, one waiting for another's uid: minutes on a loaded 2-core machine
+@pytest.mark.timeout(900)  # three graders at once, one waiting for another's uid: minutes on a loaded 2-core machine
 def test_graders_started_at_once_never_share_a_job_uid(tmp_path):
-    """Four graders of two slow correct submissions each, started at once with the jobs' uids narrowed to
-    three: each worker leases its uid for its life (one waits for a lease), so every submission gets full
+    """Three graders of two slow correct submissions each, started at once with the jobs' uids narrowed to
+    two: each worker leases its uid for its life (one waits for a lease), so every submission gets full
     marks. Without leases two graders share a uid, and one's sweep (`kill -9 -1` as the uid after each
     job) kills the other's running job."""
     last = UID_BASE + UID_COUNT - 1
