@@ -14,8 +14,8 @@ from cs_basics.harness.course.shards import shard_of, submission_folders
 from .adversarial import ROOT, STUDENTS, grade_all, judge_all, load, solutions
 
 SHARDS = 2  # about 45 submissions a batch: 12 s idle on 2 cores (each shard's grader and server import torch:
-# six shards took 44 CPU seconds of the suite's, two take 32), at most
-# one shard's batch, bounded by its own limit (sized for a loaded machine), not by pytest-timeout's per-test
+# six shards took 44 CPU seconds of the suite's, two take 32)
+# at most one shard's batch, bounded by its own limit (sized for a loaded machine), not by pytest-timeout's per-test
 # limit: the tests time their own body only (func_only)
 SHARD_SECONDS = 900
 FOLDERS = submission_folders(STUDENTS)  # the order the shards slice

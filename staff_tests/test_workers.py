@@ -27,7 +27,7 @@ from .submissions import SPY, outputs_of, scores, softmax_fails_if, submission
 from .test_sandbox import FULL, RELEASED, SANDBOXES, is_server, needs_root, parent_of, processes_under
 
 LIMITS = Limits(case_seconds=20)
-SPYING = Limits(case_seconds=20, released=RELEASED)  # the spy lists a folder: released from the rule's holds
+SPYING = Limits(case_seconds=20, released=RELEASED)  # a spy lists a folder, reads sys.modules: released from holds
 
 
 def servers_under(pid: int) -> dict[int, int | None]:
@@ -233,15 +233,28 @@ def test_a_library_named_after_a_copys_first_job_is_imported_by_the_template_and
     """A copy in its job cgroup imports nothing (its memory would count against the jobs'): a library a later
     submission names (einx, checkpoint's torch._dynamo) is imported by the template, and the next job runs in a
     fresh copy of it, which has it."""
-    with Worker(sandbox, LIMITS).start() as first, Worker(sandbox, LIMITS, beside=first.share()) as second:
+    with Worker(sandbox, SPYING).start() as first, Worker(sandbox, SPYING, beside=first.share()) as second:
         grade(assignment, submission(tmp_path, name="first"), torch.device("cpu"), worker=second)
         ran = second.server
         assert isinstance(ran, ClonedServer) and ran.ran
+        ran.send({"op": "warm", "names": ["wave"]})  # asked of the copy itself, in its job cgroup: it imports nothing
+        refused = submission(tmp_path, imported_before_the_submission("wave", False), name="refused")
+        result = grade(assignment, refused, torch.device("cpu"), worker=second)
+        assert second.server is ran and scores(result) == pytest.approx(FULL), outputs_of(result)[:2]
         second.warm(["colorsys"])  # a module no server imported
         assert second.server is not ran and ran.ended(), "the copy that ran a job was kept"
         assert "colorsys" in first.template.warmed and "colorsys" in second.server.warmed
-        result = grade(assignment, submission(tmp_path, name="second"), torch.device("cpu"), worker=second)
+        fresh = submission(tmp_path, imported_before_the_submission("colorsys", True), name="second")
+        result = grade(assignment, fresh, torch.device("cpu"), worker=second)
     assert scores(result) == pytest.approx(FULL), outputs_of(result)[:2]
+
+
+def imported_before_the_submission(name: str, expected: bool) -> str:
+    """Code whose softmax fails unless the module `name` was (or was not) in the job's `sys.modules` before the
+    submission's import: what its server imported before it forked the job."""
+    return f"import sys\n_found = [] if ({name!r} in sys.modules) == {expected} else [{name!r}]\n" + softmax_fails_if(
+        "_found"
+    )
 
 
 @needs_root
