@@ -238,3 +238,24 @@ def test_a_forged_staff_error_never_makes_the_command_exit_2(tmp_path):
 def test_the_reference_with_every_line_checked_keeps_full_marks(assignment, tmp_path):
     got, first = graded(assignment, tmp_path, source(SOFTMAX_FROM_SCRATCH, attention_with(INLINE_WEIGHTS)))
     assert got == pytest.approx({SOFTMAX: 1.0, ATTENTION: 5.0}), first
+
+
+# a twin of the process running the cases, forked at import and never ended: it runs every case again on the same
+# channel, its lines the same numbers and tokens as the process's own (found by the battery of issue 44's change)
+TWIN = "\nimport os as _os\n\n_os.fork()\n"
+
+
+@pytest.mark.parametrize("sandbox", SANDBOXES)
+def test_a_twin_forked_at_import_that_repeats_every_line_costs_its_problems_and_never_stops_the_grader(
+    assignment, tmp_path, sandbox
+):
+    got, first = graded(
+        assignment,
+        tmp_path,
+        source(SOFTMAX_FROM_SCRATCH, attention_with(INLINE_WEIGHTS)) + TWIN,
+        sandbox,
+        released=RELEASED,
+    )
+    assert not any("grading stopped" in message for message in first.values()), first
+    assert got == pytest.approx({SOFTMAX: 0.0, ATTENTION: 0.0}), first
+    assert all("sent the grader" in first[p] for p in RELEASED), first

@@ -96,7 +96,8 @@ def run_once(worker: Worker, job: dict, cases: list[str], state: RunState) -> tu
                 if not worker.spawns:  # the submission is imported: only now its group's inputs exist
                     state.hand_inputs(protocol.group_cases(), Path(job["dir"]))
                     attempt.go()
-            elif kind == "start":
+            elif kind == "start" and case in remaining and case != current:  # a repeated one (a twin the code forked
+                # sends each line again: protocol.py charged it) starts nothing: each case runs and is reported once
                 if current is not None:  # the case before never reported (a line lost: tampering, charged)
                     state.fail([current], UNREPORTED)
                     remaining.remove(current)
