@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -287,3 +289,116 @@ def test_an_outputs_file_is_removed_once_read_back(tmp_path):
     outputs, error = read_outputs(path)
     assert error is None and torch.equal(outputs["out"], torch.ones(2))
     assert not path.exists()
+
+
+# ---------------------------------------------------------------- the grader's modules, loaded once a server
+
+# at the submission's import: the record is the server's copy (install_tool's grader/), the test library's package
+# imports the rest from the job's own code, and the student's package (a fresh shell) reaches it
+LOADED_BY_THE_SERVER = """
+import os, sys
+
+_record = sys.modules.get("cs_basics.harness.rule.record")
+_harness = sys.modules["cs_basics.harness"]
+_code = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the job's code/cs_basics
+_found = []
+if _record is None or os.sep + os.path.join("tool", "grader", "cs_basics", "") not in _record.__file__:
+    _found.append(f"record from {getattr(_record, '__file__', None)}")
+if "cs_basics.harness.problem" not in sys.modules:
+    _found.append("no test library")
+if _harness.__path__ != [os.path.join(_code, "harness")] or sys.modules["cs_basics"].harness is not _harness:
+    _found.append(f"harness at {_harness.__path__}")
+"""
+
+
+@needs_root
+@pytest.mark.parametrize("sandbox", SANDBOXES)
+def test_each_job_finds_the_graders_modules_loaded_by_its_server_and_imports_the_rest_from_its_own_code(
+    assignment, tmp_path, sandbox
+):
+    """The server loads the grader's modules once (child.preload_grader), before its first job: each child forks with
+    them (about 10 ms of each phase's), and whatever of the harness the course's code imports later comes from the
+    job's own staged copy (the server's folder is out of the job's view). A batch's copies and a second job alike."""
+    with Worker(sandbox, SPYING).start() as first, Worker(sandbox, SPYING, beside=first.share()) as second:
+        for worker, name in ((first, "first"), (second, "second"), (second, "again")):
+            probe = submission(tmp_path, LOADED_BY_THE_SERVER + softmax_fails_if("_found"), name=name)
+            result = grade(assignment, probe, torch.device("cpu"), worker=worker)
+            assert scores(result) == pytest.approx(FULL), outputs_of(result)[:2]
+
+
+# the server's side of it, alone: child.py from a tool folder install_tool made, in a fresh interpreter
+PRELOAD = """
+import importlib.util, json, sys
+from pathlib import Path
+
+tool, library = Path(sys.argv[1]), Path(sys.argv[2])
+spec = importlib.util.spec_from_file_location("_grading_child", tool / "child.py")
+child = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(child)
+forbidden = {"a": ["cs_test.*"], "b": ["aten._softmax"], "c": []}
+job = {"grader_packages": ["cs_basics"], "rule": {"forbidden_ops": forbidden}}
+child.preload_grader(job)
+found = {"loaded": sorted(child.GRADER), "modules": sorted(n for n in sys.modules if n.startswith("cs_basics"))}
+if child.GRADER:
+    record = child.GRADER["cs_basics.harness.rule.record"]
+    found["lists"] = record._operator_overloads.cache_info().currsize
+    sys.path.insert(0, str(library))
+    import registers_an_operator  # noqa: F401  (a library the server imports later: its operator is refused too)
+    child.preload_grader(job)
+    found["after"] = list(record.operator_overloads(("cs_test.*",)))
+    found["file"] = record.__file__
+print("FOUND", json.dumps(found))
+"""
+
+REGISTERS_AN_OPERATOR = """
+import torch
+
+LIBRARY = torch.library.Library("cs_test", "DEF")
+LIBRARY.define("softmax_again(Tensor x) -> Tensor")
+"""
+
+
+@pytest.mark.parametrize("broken", [False, True], ids=["whole", "a-module-broken"])
+def test_the_server_reads_the_forbidden_operators_again_after_an_import_and_loads_nothing_half(tmp_path, broken):
+    """preload_grader in the server: the grader's modules from its tool folder, each problem's forbidden operators
+    listed once, and listed again after the server imported a library that registers one; where a module of the
+    copy fails, nothing of the package is left loaded (each child then loads its own from its code, as before)."""
+    from cs_basics.harness.grading.sandbox.server import install_tool
+
+    tool = install_tool(tmp_path)
+    if broken:
+        (tool / "grader" / "cs_basics" / "harness" / "rule" / "record.py").write_text("raise ImportError('broken')\n")
+        shutil.rmtree(tool / "grader" / "cs_basics" / "harness" / "rule" / "__pycache__")
+    (tmp_path / "library").mkdir()
+    (tmp_path / "library" / "registers_an_operator.py").write_text(REGISTERS_AN_OPERATOR)
+    done = subprocess.run(
+        [sys.executable, "-I", "-c", PRELOAD, str(tool), str(tmp_path / "library")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    lines = [line for line in done.stdout.splitlines() if line.startswith("FOUND ")]
+    assert lines, done.stdout[-2000:] + done.stderr[-3000:]
+    found = json.loads(lines[0].removeprefix("FOUND "))
+    if broken:
+        assert found == {"loaded": [], "modules": []}, found
+        return
+    assert "cs_basics.harness.rule.record" in found["loaded"] and "cs_basics.harness.problem" in found["modules"]
+    assert Path(found["file"]).is_relative_to(tool / "grader"), found["file"]
+    assert found["lists"] == 2, found  # one a set of patterns; none for a problem that forbids nothing
+    assert found["after"] == ["cs_test::softmax_again"], found
+
+
+def test_a_new_server_finds_no_file_a_job_left_in_its_copy_of_the_graders_modules(tmp_path):
+    """Where a job runs as the grader's own user (a grader that is not root, without Landlock), it may write the
+    worker's folder: install_tool, at each server's start, lays the copy out afresh (no planted bytecode survives)."""
+    from cs_basics.harness.grading.sandbox.server import install_tool
+
+    tool = install_tool(tmp_path)
+    planted = tool / "grader" / "cs_basics" / "harness" / "rule" / "__pycache__" / "planted.cpython-311.pyc"
+    planted.write_bytes(b"not the grader's")
+    record = tool / "grader" / "cs_basics" / "harness" / "rule" / "record.py"
+    record.write_text("# changed\n")
+    install_tool(tmp_path)
+    assert not planted.exists()
+    assert record.read_text() != "# changed\n"

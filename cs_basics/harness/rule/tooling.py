@@ -1,7 +1,8 @@
 """Which code is the grader's and which the student's: the one owner of that answer (issue 41). The stager lays
 `TOOLING` over a submission, the scan holds a name of `TOOLING_NAMES`, the record's frames and the library's
 calls tell the student's files from the rest with `student_predicate` and `HARNESS_PACKAGE`, the handout and
-the bundle ship by the same paths. Loaded in the grader's child too (child.GRADER_MODULES): no torch here.
+the bundle ship by the same paths. Loaded by the grading server for its children too (child.GRADER_MODULES): no
+torch here.
 """
 
 from __future__ import annotations

@@ -2,10 +2,11 @@
 
 Loaded by path, never as part of `cs_basics` (the student's package has that name). By the time
 `run_job` runs, the child is isolated and runs as the job's uid. It checks that this uid can read
-the whole Python environment (else the staff must act, and no student code has run), loads the grader's
-own modules and arms every defence (the record, the dispatcher's refusal, the seccomp filters, the
-channel's guard), says so ("armed"), and only then runs the first byte of the submission: its package's
-`__init__.py`, the adapters and what they import, all under the import's watch. For each case it computes
+the whole Python environment (else the staff must act, and no student code has run), has the grader's
+own modules (its server loaded them: preload_grader) and arms every defence (the record, the
+dispatcher's refusal, the seccomp filters, the channel's guard), says so ("armed"), and only then runs
+the first byte of the submission: its package's `__init__.py`, the adapters and what they import, all
+under the import's watch. For each case it computes
 the outputs (and gradients) under the record of operators, writes them to `out/<case>.safetensors` and
 reports progress as numbered JSON lines on the progress channel (rule/evidence.py). It decides nothing:
 the grader checks every line as a protocol (protocol.py), compares and scores.
@@ -190,6 +191,10 @@ GRADER_MODULES = (
     "cs_basics.harness.cases",
 )
 GRADER: dict[str, types.ModuleType] = {}  # name -> the module, loaded once by load_grader
+# what the server loads before its first job (preload_grader): the grader's modules and the test library the course's
+# cases import, which each child would otherwise load again (about 10 ms of each phase's)
+PRELOADED = (*GRADER_MODULES, "cs_basics.harness.kinds", "cs_basics.harness.problem")
+PRELOAD_STATE = {"modules": 0}  # how many modules the server had when it last read the forbidden operators' lists
 
 
 def staff_error(fd: int, err: BaseException | str) -> None:
@@ -210,18 +215,51 @@ def run_job(job: dict, progress: int, isolated: bool, import_paths: list[str], g
         staff_error(progress, err)  # or another file's by now)
 
 
-def load_grader(code: Path, packages: list[str]) -> None:
-    """The grader's modules (GRADER_MODULES), from the tooling staged in `code`, before any file of the submission
-    runs. Each of `packages` (the student's `cs_basics`, which holds the tooling) is a shell first: its module,
-    with its folder as its path, but without running its `__init__.py` (the student's: run_package_init runs it
-    later, under the import's watch)."""
+def preload_grader(job: dict) -> None:
+    """In the grading server, before it forks a job (speed only): the modules of PRELOADED, from the copy of the
+    grader's own that server.install_tool put beside this file (`grader/`), and torch's operators that each
+    problem's patterns forbid (record.operator_overloads), read again whenever the server imported more since.
+    Each child forked after it has them (load_grader). Nothing of a submission's has run in this process: it forks
+    jobs, never runs one. On any failure, none: each child loads its own from its code, as without."""
+    folder, packages = Path(__file__).resolve().parent / "grader", job.get("grader_packages", ["cs_basics"])
+    if not folder.is_dir():  # not the server's copy of this file
+        return
+    try:
+        if not GRADER:
+            load_grader(folder, packages, PRELOADED)
+        if PRELOAD_STATE["modules"] != len(sys.modules):  # a library imported since may have registered operators
+            record = GRADER["cs_basics.harness.rule.record"]
+            record._operator_overloads.cache_clear()
+            for patterns in {tuple(p) for p in job["rule"]["forbidden_ops"].values() if p}:
+                record.operator_overloads(patterns)
+            PRELOAD_STATE["modules"] = len(sys.modules)
+    except Exception:  # the children load their own
+        GRADER.clear()
+        for name in [n for n in sys.modules if any(n == p or n.startswith(f"{p}.") for p in packages)]:
+            del sys.modules[name]
+
+
+def load_grader(code: Path, packages: list[str], names: tuple[str, ...] = GRADER_MODULES) -> None:
+    """The grader's modules (`names`), from the tooling staged in `code`, before any file of the submission runs.
+    Each of `packages` (the student's `cs_basics`, which holds the tooling) is a shell first: its module, with its
+    folder as its path, but without running its `__init__.py` (the student's: run_package_init runs it later,
+    under the import's watch). Modules of the packages loaded before (in the server: preload_grader) stay, reached
+    from the new shells; a package among them imports what it has not yet from `code`, the job's own copy (the
+    server's folder is out of the job's view)."""
+    preloaded = [n for n in sys.modules if any(n.startswith(f"{p}.") for p in packages)]
     for name in packages:
         spec = importlib.machinery.ModuleSpec(name, None, is_package=True)
         spec.submodule_search_locations = [str(code / name)]
         shell = types.ModuleType(name)
         shell.__spec__, shell.__path__ = spec, list(spec.submodule_search_locations)
         sys.modules[name] = shell
-    for name in GRADER_MODULES:
+    for name in preloaded:
+        module = sys.modules[name]
+        if hasattr(module, "__path__"):
+            module.__path__ = [str(code.joinpath(*name.split(".")))]
+        parent, _, leaf = name.rpartition(".")
+        setattr(sys.modules[parent], leaf, module)
+    for name in names:
         GRADER[name] = importlib.import_module(name)
 
 

@@ -381,6 +381,8 @@ class ForkServer:
             job = message["job"]
             if not IN_JOB_CGROUP[0]:  # those the grader saw the code name (worker.WARM_ON_REQUEST); once in the
                 import_libraries(job.get("warm", []))  # job cgroup, none: the child imports what is missing
+                CHILD[0].preload_grader(job)  # the grader's modules, once; the operators' lists, once a change
+                gc.freeze()  # as in main
             join_job_cgroup(job.get("cgroup_kills_all", False))
             keeper = self.pid_namespace(job, fds)
             pid = os.fork()

@@ -10,6 +10,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from cs_basics.harness.grading.sandbox.bubblewrap import (
 )
 from cs_basics.harness.grading.sandbox.limits import Limits
 from cs_basics.harness.grading.sandbox.stopping import STOP_SIGNALS, StaffError
+from cs_basics.harness.rule.tooling import HARNESS_PACKAGE
 
 # no torch here: `cs-basics grade` starts the grading server (which imports torch) before the grader imports it,
 # so that the two imports run side by side
@@ -32,6 +34,9 @@ JOB = Path(__file__).resolve().parent.parent / "job"  # what runs inside the job
 # sandbox's policy, plain data they load by path (they may import only the standard library)
 JOB_FILES = ("zygote.py", "child.py", "confine.py", "landlock.py", "reach.py", "view.py", "spawned.py")
 SERVER_FILES = (*(JOB / name for name in JOB_FILES), Path(__file__).resolve().parent / "policy.py")
+# the folders of the grader's package that hold the modules the server loads once for all its jobs (child.PRELOADED):
+# the test library and the rule
+PRELOADED_FOLDERS = ("harness", "harness/rule")
 
 PASSED_ENV = ("CUDA_", "NVIDIA_", "LD_LIBRARY_PATH", "OMP_NUM_THREADS", "MKL_", "ATEN_CPU_CAPABILITY")
 
@@ -212,12 +217,28 @@ class ClonedServer(Server):
 
 
 def install_tool(root: Path) -> Path:
-    """The server's and the child's files, copied to `root`/tool (the job may not see the course's repository)."""
+    """The server's and the child's files, copied to `root`/tool (the job may not see the course's repository), with
+    the grader's modules the server loads once for all its jobs (child.preload_grader) in `grader/`."""
     tool = root / "tool"
     tool.mkdir(exist_ok=True)
     for path in SERVER_FILES:
         shutil.copyfile(path, tool / path.name)
+    # laid out afresh: a job that ran as the grader's own user (no uid of its own) may have written the old copy
+    shutil.rmtree(tool / "grader", ignore_errors=True)
+    for folder in PRELOADED_FOLDERS:
+        copy_modules(HARNESS_PACKAGE / folder, tool / "grader" / HARNESS_PACKAGE.name / folder)
     return tool
+
+
+def copy_modules(source: Path, target: Path) -> None:
+    """The Python files of `source` (not its subfolders) into `target`, with their bytecode where the grader's own
+    import wrote it: the copy keeps each file's time, which the bytecode names (else the server compiles it)."""
+    (target / "__pycache__").mkdir(parents=True, exist_ok=True)
+    for path in source.glob("*.py"):
+        shutil.copy2(path, target / path.name)
+        compiled = source / "__pycache__" / f"{path.stem}.{sys.implementation.cache_tag}.pyc"
+        if compiled.is_file():
+            shutil.copy2(compiled, target / "__pycache__" / compiled.name)
 
 
 def server_env(root: Path) -> dict[str, str]:
