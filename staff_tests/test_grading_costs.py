@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import marshal
 import os
 import shutil
 import subprocess
@@ -15,6 +16,7 @@ import pytest
 import torch
 
 import cs_basics.harness.grading.sandbox.worker as worker_module
+from cs_basics.harness.grading.pipeline import staging
 from cs_basics.harness.grading.pipeline.grade import grade, overlay_for, stage
 from cs_basics.harness.grading.pipeline.staging import Overlay, copy_overlaid, hidden_case_sources
 from cs_basics.harness.grading.sandbox import litter
@@ -245,6 +247,32 @@ def test_the_child_imports_the_staged_harness_and_cases_without_compiling_them(a
     done = subprocess.run([sys.executable, "-I", "-c", COMPILED, str(code)], capture_output=True, text=True)
     submissions_own = ["cs_basics/__init__.py", "cs_basics/nn/__init__.py", "cs_basics/nn/functional.py"]
     assert done.stdout.strip() == f"compiled: {submissions_own}", done.stdout + done.stderr[-2000:]
+
+
+def test_a_staged_files_bytecode_is_the_graders_own_while_it_is_the_files_and_compiled_again_once_stale(tmp_path):
+    """The overlay's bytecode (about 100 files, on the way to a course's first job): the code of the grader's own
+    bytecode where its import wrote one that is still the file's (its time and size, as the import system checks),
+    else compiled; either way hash-based and unchecked, and it runs as the file does."""
+    import importlib.util
+    import py_compile
+
+    source = tmp_path / "module.py"
+    source.write_text("ANSWER = 41 + 1\n")
+    cached = Path(py_compile.compile(str(source), doraise=True))
+    planted = cached.read_bytes()[:16] + marshal.dumps(compile("ANSWER = 'cached'\n", str(source), "exec"))
+    cached.write_bytes(planted)  # a stand-in the test can tell apart: the grader's own bytecode is trusted as is
+    stat = source.stat()
+    made = staging.bytecode(source, stat.st_mtime_ns, stat.st_size)
+    assert made[:4] == importlib.util.MAGIC_NUMBER and made[4:8] == (1).to_bytes(4, "little")  # unchecked hash
+    assert made[8:16] == importlib.util.source_hash(source.read_bytes())
+    assert made[16:] == planted[16:]
+    source.write_text("ANSWER = 40 + 4  # changed\n")  # a size of its own: the cached bytecode is stale
+    os.utime(source, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    stat = source.stat()
+    fresh = staging.bytecode(source, stat.st_mtime_ns, stat.st_size)
+    namespace: dict = {}
+    exec(marshal.loads(fresh[16:]), namespace)
+    assert namespace["ANSWER"] == 44
 
 
 def test_the_hidden_phase_stages_the_hidden_cases_module_and_nothing_else_of_the_staffs_folder(assignment, tmp_path):
