@@ -69,9 +69,12 @@ def grade_settings(args: argparse.Namespace) -> GradeSettings:
 
 def cmd_grade(args: argparse.Namespace) -> int:
     # without torch: the grading server starts first and imports torch while this process imports it too
+    from cs_basics.harness.grading.sandbox.server import SINGLE_BLAS_THREAD
     from cs_basics.harness.grading.sandbox.stopping import stopping_on_signals
     from cs_basics.harness.grading.sandbox.worker import started_worker
 
+    for name, value in SINGLE_BLAS_THREAD.items():  # before this process imports numpy (with torch)
+        os.environ.setdefault(name, value)
     settings = grade_settings(args)
     with stopping_on_signals(), started_worker(settings.sandbox, settings.limits()) as worker:
         return grade_with(args, settings, worker)

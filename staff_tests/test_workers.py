@@ -402,3 +402,30 @@ def test_a_new_server_finds_no_file_a_job_left_in_its_copy_of_the_graders_module
     install_tool(tmp_path)
     assert not planted.exists()
     assert record.read_text() != "# changed\n"
+
+
+def test_the_grading_servers_numpy_has_one_blas_thread_unless_the_staff_say_otherwise(monkeypatch, tmp_path):
+    """numpy's OpenBLAS starts a thread a core at its import, which spins on the cores the jobs share (about 0.1 CPU
+    s an import here, a core's worth more on a larger machine): the server, its jobs and the grader get one thread;
+    a value the staff set is passed through."""
+    import cs_basics.cli as cli
+    import cs_basics.harness.grading.sandbox.worker as worker_module
+    from cs_basics.harness.grading.sandbox.server import server_env
+
+    class Started(Exception):
+        pass
+
+    def started_worker(*args, **kwargs):  # the grade goes no further: what the grader set is all this test reads
+        raise Started(os.environ.get("OPENBLAS_NUM_THREADS"))
+
+    monkeypatch.setattr(worker_module, "started_worker", started_worker)
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "")  # the machine's own value (or none) comes back after the test
+    for staff in (None, "4"):
+        if staff is None:
+            monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+        else:
+            monkeypatch.setenv("OPENBLAS_NUM_THREADS", staff)
+        assert server_env(tmp_path)["OPENBLAS_NUM_THREADS"] == (staff or "1")
+        with pytest.raises(Started) as grader:
+            cli.main(["grade"])
+        assert grader.value.args == (staff or "1",)

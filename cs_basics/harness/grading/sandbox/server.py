@@ -41,6 +41,10 @@ PRELOADED_FOLDERS = ("harness", "harness/rule")
 PASSED_ENV = ("CUDA_", "NVIDIA_", "LD_LIBRARY_PATH", "OMP_NUM_THREADS", "MKL_", "ATEN_CPU_CAPABILITY")
 
 PASSED_ENV += ("SYSTEMROOT", "WINDIR")  # Windows: a Python without them cannot start its random source or load DLLs
+# numpy's BLAS (OpenBLAS) with one thread, unless the staff say otherwise: at numpy's import its pool starts a thread
+# a core, which spins on the cores the jobs share (0.13 CPU s of each import of torch here); the jobs compute in torch
+SINGLE_BLAS_THREAD = {"OPENBLAS_NUM_THREADS": "1"}
+PASSED_ENV += ("OPENBLAS_",)
 
 
 class Server:
@@ -243,4 +247,5 @@ def copy_modules(source: Path, target: Path) -> None:
 
 def server_env(root: Path) -> dict[str, str]:
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(root), "PYTHONHASHSEED": "0"}
+    env |= SINGLE_BLAS_THREAD
     return env | {k: v for k, v in os.environ.items() if k.startswith(PASSED_ENV)}
