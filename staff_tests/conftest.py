@@ -43,6 +43,10 @@ os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 # tests start in a student's folder reads that folder's settings only (a summary line per failure doubled the
 # lines a test counts)
 os.environ.pop("PYTEST_ADDOPTS", None)
+# numpy's BLAS with one thread in the suite's processes, as the grader gives itself and its servers (sandbox/server.py,
+# SINGLE_BLAS_THREAD): about 200 of them import torch, and with it numpy, whose OpenBLAS pool spins a thread a core
+# for a while after its import (about 0.1 CPU-s a process here); nothing the tests compare runs in numpy's BLAS
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 # twice the cores, at least 4: the graders, sandboxes and Slurm jobs the tests wait on do the work
 WORKERS = max(4, 2 * (os.cpu_count() or 1))
