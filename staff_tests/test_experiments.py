@@ -1,6 +1,9 @@
 """`cs-basics experiments` and `cs-basics bench` in quick mode: what they print and write."""
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -112,6 +115,59 @@ def test_cpu_peak_memory_is_measured_in_a_child():
     plain = bench.cpu_peak_mib(config, root, "plain", 2048, backward=False)
     scores_mib = 8 * 2048 * 2048 * 4 / 2**20  # 128 MiB
     assert plain > scores_mib > fused  # materializing every score shows up in the measured peak
+
+
+# a fork of a process that imported torch, before and after it touched the pages of its parent's libraries that its
+# parent's page tables held (a fork holds none of them, and its measured call would count them again)
+TOUCHED = """
+import os
+import torch
+from cs_basics.study import bench
+
+def rss_file():
+    return int(next(line for line in open("/proc/self/status") if line.startswith("RssFile:")).split()[1])
+
+runs = bench.resident_file_pages()
+parent = rss_file()
+read, write = os.pipe()
+if os.fork() == 0:
+    before = rss_file()
+    bench.touch(runs)
+    os.write(write, f"{parent} {before} {rss_file()}".encode())
+    os._exit(0)
+os.wait()
+print("RSSFILE", os.read(read, 100).decode())
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/pagemap").exists(), reason="no /proc/self/pagemap here (Linux only)")
+def test_a_forked_probe_holds_its_parents_library_pages_before_it_measures():
+    """A fork of the warm child holds none of its parent's library pages in its page tables: the call it measures
+    would fault them in again and count them (3 to 7 MiB more for torch's own attention), which a fresh Python that
+    imported torch holds already. Touched first, they are the parent's."""
+    done = subprocess.run([sys.executable, "-c", TOUCHED], capture_output=True, text=True, timeout=120)
+    line = next((x for x in done.stdout.splitlines() if x.startswith("RSSFILE ")), None)
+    assert line is not None, done.stdout + done.stderr[-2000:]
+    parent, before, after = map(int, line.split()[1:])
+    assert before < parent / 2 and after > parent * 0.95, (parent, before, after)
+
+
+def test_the_cpus_peaks_come_from_forks_of_one_warm_child_and_a_failed_one_costs_only_its_own():
+    """`cs-basics bench` measures each peak in a fresh fork of one child that imported torch once (not a Python a
+    measurement): a measurement that fails says None, and the next ones are measured all the same, as before."""
+    from cs_basics.harness.config import Assignment
+
+    config = bench.Config(batch=1, heads=8, head_dim=64, seqs=[2048])
+    probe = bench.PeakProbe(config, Assignment.find().root)
+    try:
+        plain = probe.measure("plain", 2048, backward=False)
+        warm = probe.process.pid
+        assert probe.measure("no such implementation", 2048, backward=False) is None
+        fused = probe.measure(bench.TORCH, 2048, backward=False)
+        assert probe.process.pid == warm and probe.process.poll() is None
+    finally:
+        probe.close()
+    assert plain > 8 * 2048 * 2048 * 4 / 2**20 > fused
 
 
 @pytest.mark.parametrize("command", [["experiments", "--quick"], ["bench", "--seq", "16", "--no-memory"]])

@@ -3,9 +3,9 @@
 
 For each sequence length, times the forward pass and forward plus backward of both, in one
 process, interleaved (warm-up, then repeats, then the median). Peak memory: on CUDA the
-allocator's peak; on the CPU, in a fresh child process that makes the inputs, resets the
-kernel's peak resident size (/proc/self/clear_refs) and makes one call, VmHWM less VmRSS
-before the call: measured, not estimated.
+allocator's peak; on the CPU, in a fresh child process (a fork of one warm child that imported
+torch) that makes the inputs, resets the kernel's peak resident size (/proc/self/clear_refs) and
+makes one call, VmHWM less VmRSS before the call: measured, not estimated.
 """
 
 from __future__ import annotations
@@ -120,15 +120,47 @@ def cuda_peak_mib(fn: Callable, inputs: list[torch.Tensor], backward: bool) -> f
     return (torch.cuda.max_memory_allocated() - base) / MiB
 
 
-def cpu_peak_mib(config: Config, root: Path, impl: str, seq: int, backward: bool) -> float | None:
-    """Peak RSS growth of one call in a fresh child; None if the child failed (out of memory)."""
-    request = {"config": asdict(config), "root": str(root), "impl": impl, "seq": seq, "backward": backward}
-    child = subprocess.run(
-        [sys.executable, "-m", "cs_basics.study.bench", json.dumps(request)], capture_output=True, text=True
-    )
-    if child.returncode != 0:
-        return None
-    return float(child.stdout.strip().splitlines()[-1])
+class PeakProbe:
+    """The CPU's peak memory of one call, each in a fresh fork of one warm child (`serve`): a Python that imported
+    torch and nothing of the implementations, which each fork imports, then makes the inputs, as a fresh child
+    would (a fresh Python a measurement imported torch again: about 1.5 CPU s each, eight of them for two lengths).
+    Started at the first measurement; another where the warm child ended (the machine's OOM killer chose it)."""
+
+    def __init__(self, config: Config, root: Path):
+        self.setup = json.dumps({"config": asdict(config), "root": str(root)})
+        self.process: subprocess.Popen | None = None
+
+    def measure(self, impl: str, seq: int, backward: bool) -> float | None:
+        """Peak RSS growth of one call; None if its fork failed (out of memory)."""
+        if self.process is None or self.process.poll() is not None:
+            command = [sys.executable, "-m", "cs_basics.study.bench", self.setup]
+            self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        try:
+            self.process.stdin.write(json.dumps({"impl": impl, "seq": seq, "backward": backward}) + "\n")
+            self.process.stdin.flush()
+            answer = self.process.stdout.readline().strip()
+        except OSError:  # it ended meanwhile
+            answer = ""
+        return float(answer) if answer not in ("", "failed") else None
+
+    def close(self) -> None:
+        if self.process is not None:
+            self.process.stdin.close()
+            self.process.wait()
+
+
+def cpu_peak_mib(
+    config: Config, root: Path, impl: str, seq: int, backward: bool, probe: PeakProbe | None = None
+) -> float | None:
+    """Peak RSS growth of one call in a child of its own (`probe`'s, else one started for it); None if the child
+    failed (out of memory)."""
+    if probe is not None:
+        return probe.measure(impl, seq, backward)
+    probe = PeakProbe(config, root)
+    try:
+        return probe.measure(impl, seq, backward)
+    finally:
+        probe.close()
 
 
 def _status_mib(field: str) -> float:
@@ -136,9 +168,74 @@ def _status_mib(field: str) -> float:
     return int(line.split()[1]) / 1024  # kB
 
 
-def _probe(request: str) -> None:
-    """The child of cpu_peak_mib: inputs first, then the peak resident size during one call, less before."""
-    spec = json.loads(request)
+def serve(setup: str) -> None:
+    """The warm child of PeakProbe: for each request on stdin, a fork that answers one line (`_probe`), or
+    "failed" where it ended otherwise."""
+    import os
+
+    spec = json.loads(setup)
+    resident = resident_file_pages()
+    for line in sys.stdin:
+        sys.stdout.flush()
+        pid = os.fork()
+        if pid == 0:
+            status = 1
+            try:
+                touch(resident)
+                _probe(spec | json.loads(line))
+                sys.stdout.flush()
+                status = 0
+            finally:
+                os._exit(status)
+        _, status = os.waitpid(pid, 0)
+        if status != 0:
+            print("failed", flush=True)
+
+
+PAGE = 4096
+
+
+def resident_file_pages() -> list[tuple[int, int]]:
+    """The pages of this process's file mappings (its libraries) that its page tables hold now, as (start, count)
+    runs: a fork gets none of them (the kernel copies only anonymous memory's), and would count each again as the
+    measured call faults it in, which a fresh Python that imported torch had not."""
+    import re
+
+    runs: list[tuple[int, int]] = []
+    try:
+        maps, pagemap = open("/proc/self/maps"), open("/proc/self/pagemap", "rb")  # noqa: SIM115
+    except OSError:  # no pagemap: each fork counts them again
+        return runs
+    with maps, pagemap:
+        for line in maps:
+            found = re.match(r"([0-9a-f]+)-([0-9a-f]+) r\S+ \S+ \S+ (\d+)", line)
+            if found is None or found.group(3) == "0":
+                continue
+            start, end = int(found.group(1), 16), int(found.group(2), 16)
+            pagemap.seek(start // PAGE * 8)
+            entries = memoryview(pagemap.read((end - start) // PAGE * 8)).cast("Q")
+            first = None
+            for index, entry in enumerate([*entries, 0]):
+                if entry >> 63 and first is None:
+                    first = index
+                elif not entry >> 63 and first is not None:
+                    runs.append((start + first * PAGE, index - first))
+                    first = None
+    return runs
+
+
+def touch(runs: list[tuple[int, int]]) -> None:
+    """Read a byte of each page of `runs` (resident_file_pages): this process's page tables as its parent's."""
+    import ctypes
+
+    for start, count in runs:
+        for page in range(count):
+            ctypes.c_char.from_address(start + page * PAGE).value  # noqa: B018
+
+
+def _probe(spec: dict) -> None:
+    """One measurement in a fork of `serve`: the implementation imported and its inputs made first, then the peak
+    resident size during one call, less before."""
     config = Config(**spec["config"])
     fn = {**implementations(Path(spec["root"]), config.impl), "plain": plain}[spec["impl"]]
     inputs = make_inputs(config, spec["seq"], spec["backward"])
@@ -148,22 +245,26 @@ def _probe(request: str) -> None:
     print(_status_mib("VmHWM") - before)
 
 
-def peak_mib(config: Config, root: Path, impl: str, fn: Callable, seq: int, backward: bool) -> float | None:
+def peak_mib(
+    config: Config, root: Path, impl: str, fn: Callable, seq: int, backward: bool, probe: PeakProbe | None = None
+) -> float | None:
     if not config.memory:
         return None
     if config.device.startswith("cuda"):
         return cuda_peak_mib(fn, make_inputs(config, seq, backward), backward)
     if config.device == "cpu" and is_linux():  # read from /proc
-        return cpu_peak_mib(config, root, impl, seq, backward)
+        return cpu_peak_mib(config, root, impl, seq, backward, probe)
     return None  # MPS: no peak statistic; macOS and Windows: no /proc (run() says so)
 
 
-def measure(config: Config, root: Path, seq: int, backward: bool, impls: dict[str, Callable]) -> list[dict]:
+def measure(
+    config: Config, root: Path, seq: int, backward: bool, impls: dict[str, Callable], probe: PeakProbe | None = None
+) -> list[dict]:
     """Both implementations at one length and pass, interleaved repeats: one row per implementation."""
     pass_name = PASSES[backward]
     too_big = config.max_backward_gib is not None and config.scores_gib(seq) > config.max_backward_gib
     skip = {config.measured} if backward and too_big else set()
-    memory = {name: peak_mib(config, root, name, fn, seq, backward) for name, fn in impls.items() if name not in skip}
+    memory = {n: peak_mib(config, root, n, fn, seq, backward, probe) for n, fn in impls.items() if n not in skip}
     if config.memory and config.device == "cpu" and is_linux():
         skip |= {name for name, mib in memory.items() if mib is None}  # its child ran out of memory
     inputs = make_inputs(config, seq, backward)
@@ -203,13 +304,17 @@ def run(config: Config, root: Path | None = None) -> dict:
         note = skipped("measuring the CPU's peak memory", "Linux's /proc (WSL on Windows)", "its column stays empty")
         print(f"cs-basics bench: {note}", file=sys.stderr)
     rows: list[dict] = []
-    with Progress(transient=True) as progress:
-        task = progress.add_task("benchmarking", total=len(config.seqs) * len(PASSES))
-        for seq in config.seqs:
-            for backward in (False, True):
-                progress.update(task, description=f"seq {seq}, {PASSES[backward]}")
-                rows += measure(config, root, seq, backward, impls)
-                progress.advance(task)
+    probe = PeakProbe(config, root)
+    try:
+        with Progress(transient=True) as progress:
+            task = progress.add_task("benchmarking", total=len(config.seqs) * len(PASSES))
+            for seq in config.seqs:
+                for backward in (False, True):
+                    progress.update(task, description=f"seq {seq}, {PASSES[backward]}")
+                    rows += measure(config, root, seq, backward, impls, probe)
+                    progress.advance(task)
+    finally:
+        probe.close()
     return report(config, with_ratios(rows))
 
 
@@ -317,4 +422,4 @@ def write_json(result: dict, path: Path) -> None:
 
 
 if __name__ == "__main__":
-    _probe(sys.argv[1])
+    serve(sys.argv[1])
