@@ -273,6 +273,12 @@ def test_a_staged_files_bytecode_is_the_graders_own_while_it_is_the_files_and_co
     namespace: dict = {}
     exec(marshal.loads(fresh[16:]), namespace)
     assert namespace["ANSWER"] == 44
+    cached.write_bytes(planted)  # the stand-in again, for the file as it was: the same size, another time
+    source.write_text("ANSWER = 41 + 2\n")
+    os.utime(source, ns=(stat.st_atime_ns, stat.st_mtime_ns + 5_000_000_000))
+    stat = source.stat()
+    exec(marshal.loads(staging.bytecode(source, stat.st_mtime_ns, stat.st_size)[16:]), namespace)
+    assert namespace["ANSWER"] == 43
 
 
 def test_the_hidden_phase_stages_the_hidden_cases_module_and_nothing_else_of_the_staffs_folder(assignment, tmp_path):

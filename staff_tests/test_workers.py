@@ -308,6 +308,10 @@ if "cs_basics.harness.problem" not in sys.modules:
     _found.append("no test library")
 if _harness.__path__ != [os.path.join(_code, "harness")] or sys.modules["cs_basics"].harness is not _harness:
     _found.append(f"harness at {_harness.__path__}")
+if sys.modules["cs_basics.harness.rule"].__path__ != [os.path.join(_code, "harness", "rule")]:
+    _found.append(f"rule at {sys.modules['cs_basics.harness.rule'].__path__}")
+if getattr(_record, "TAMPERED", False):
+    _found.append("a copy loaded the server's folder after a job had run")
 """
 
 
@@ -324,6 +328,15 @@ def test_each_job_finds_the_graders_modules_loaded_by_its_server_and_imports_the
             probe = submission(tmp_path, LOADED_BY_THE_SERVER + softmax_fails_if("_found"), name=name)
             result = grade(assignment, probe, torch.device("cpu"), worker=worker)
             assert scores(result) == pytest.approx(FULL), outputs_of(result)[:2]
+        # what a job could write there (were the folder its to write) reaches no server: a copy made now, for a
+        # library the next submission names, has the template's modules, loaded before any job ran
+        record = first.template.root / "tool" / "grader" / "cs_basics" / "harness" / "rule" / "record.py"
+        record.write_text(record.read_text() + "\nTAMPERED = True\n")
+        second.warm(["colorsys"])
+        assert isinstance(second.ensure_server(), ClonedServer)
+        probe = submission(tmp_path, LOADED_BY_THE_SERVER + softmax_fails_if("_found"), name="fresh_copy")
+        result = grade(assignment, probe, torch.device("cpu"), worker=second)
+        assert scores(result) == pytest.approx(FULL), outputs_of(result)[:2]
 
 
 # the server's side of it, alone: child.py from a tool folder install_tool made, in a fresh interpreter
@@ -337,14 +350,16 @@ child = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(child)
 forbidden = {"a": ["cs_test.*"], "b": ["aten._softmax"], "c": []}
 job = {"grader_packages": ["cs_basics"], "rule": {"forbidden_ops": forbidden}}
-child.preload_grader(job)
+child.preload_grader()
+child.list_forbidden_operators(job)
 found = {"loaded": sorted(child.GRADER), "modules": sorted(n for n in sys.modules if n.startswith("cs_basics"))}
 if child.GRADER:
     record = child.GRADER["cs_basics.harness.rule.record"]
     found["lists"] = record._operator_overloads.cache_info().currsize
     sys.path.insert(0, str(library))
     import registers_an_operator  # noqa: F401  (a library the server imports later: its operator is refused too)
-    child.preload_grader(job)
+    child.list_forbidden_operators(job)
+    found["lists_after"] = record._operator_overloads.cache_info().currsize
     found["after"] = list(record.operator_overloads(("cs_test.*",)))
     found["file"] = record.__file__
 print("FOUND", json.dumps(found))
@@ -360,9 +375,10 @@ LIBRARY.define("softmax_again(Tensor x) -> Tensor")
 
 @pytest.mark.parametrize("broken", [False, True], ids=["whole", "a-module-broken"])
 def test_the_server_reads_the_forbidden_operators_again_after_an_import_and_loads_nothing_half(tmp_path, broken):
-    """preload_grader in the server: the grader's modules from its tool folder, each problem's forbidden operators
-    listed once, and listed again after the server imported a library that registers one; where a module of the
-    copy fails, nothing of the package is left loaded (each child then loads its own from its code, as before)."""
+    """preload_grader and list_forbidden_operators in the server: the grader's modules from its tool folder, each
+    problem's forbidden operators listed once, and listed again after the server imported a library that registers
+    one; where a module of the copy fails, nothing of the package is left loaded (each child then loads its own from
+    its code, as before)."""
     from cs_basics.harness.grading.sandbox.server import install_tool
 
     tool = install_tool(tmp_path)
@@ -385,8 +401,40 @@ def test_the_server_reads_the_forbidden_operators_again_after_an_import_and_load
         return
     assert "cs_basics.harness.rule.record" in found["loaded"] and "cs_basics.harness.problem" in found["modules"]
     assert Path(found["file"]).is_relative_to(tool / "grader"), found["file"]
-    assert found["lists"] == 2, found  # one a set of patterns; none for a problem that forbids nothing
+    assert found["lists"] == found["lists_after"] == 2, found  # a set of patterns each; none where nothing is forbidden
     assert found["after"] == ["cs_test::softmax_again"], found
+
+
+def test_the_copy_of_the_graders_modules_is_no_uids_to_write_whatever_the_checkouts_modes(monkeypatch, tmp_path):
+    """A checkout cloned under umask 0 (GitLab's Docker executor) has files of mode 666: the servers' copy of the
+    grader's modules is 644 in folders of 755 all the same, and laid out where it belongs, never through a link
+    planted in its place."""
+    import cs_basics.harness.grading.sandbox.server as server_module
+
+    package = tmp_path / "checkout" / "cs_basics"
+    shutil.copytree(
+        server_module.HARNESS_PACKAGE / "harness",
+        package / "harness",
+        ignore=shutil.ignore_patterns("grading", "course"),
+    )
+    for path in package.rglob("*"):
+        path.chmod(0o777 if path.is_dir() else 0o666)
+    monkeypatch.setattr(server_module, "HARNESS_PACKAGE", package)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "root" / "tool").mkdir(parents=True)
+    (tmp_path / "root" / "tool" / "grader").symlink_to(elsewhere)
+    old = os.umask(0)
+    try:
+        tool = server_module.install_tool(tmp_path / "root")
+    finally:
+        os.umask(old)
+    grader = tool / "grader"
+    assert not grader.is_symlink() and list(elsewhere.iterdir()) == []
+    modes = {path.relative_to(tool).as_posix(): path.stat().st_mode & 0o777 for path in [tool, *tool.rglob("*")]}
+    assert "grader/cs_basics/harness/rule/record.py" in modes
+    assert {mode for name, mode in modes.items() if (tool / name).is_dir()} == {0o755}, modes
+    assert {mode for name, mode in modes.items() if not (tool / name).is_dir()} == {0o644}, modes
 
 
 def test_a_new_server_finds_no_file_a_job_left_in_its_copy_of_the_graders_modules(tmp_path):

@@ -215,28 +215,36 @@ def run_job(job: dict, progress: int, isolated: bool, import_paths: list[str], g
         staff_error(progress, err)  # or another file's by now)
 
 
-def preload_grader(job: dict) -> None:
-    """In the grading server, before it forks a job (speed only): the modules of PRELOADED, from the copy of the
-    grader's own that server.install_tool put beside this file (`grader/`), and torch's operators that each
-    problem's patterns forbid (record.operator_overloads), read again whenever the server imported more since.
-    Each child forked after it has them (load_grader). Nothing of a submission's has run in this process: it forks
-    jobs, never runs one. On any failure, none: each child loads its own from its code, as without."""
-    folder, packages = Path(__file__).resolve().parent / "grader", job.get("grader_packages", ["cs_basics"])
+def preload_grader() -> None:
+    """In the grading server as it starts, before any job (speed only): the modules of PRELOADED, from the copy of the
+    grader's own that server.install_tool laid out beside this file (`grader/`, root's, mode 644) just before. A
+    batch's template does it once for every copy: no server reads that folder again once a job has run. Each child
+    forked after it has them (load_grader). On any failure, none: each child loads its own from its code, as
+    without."""
+    folder = Path(__file__).resolve().parent / "grader"
     if not folder.is_dir():  # not the server's copy of this file
         return
+    packages = sorted(p.name for p in folder.iterdir() if p.is_dir())
     try:
-        if not GRADER:
-            load_grader(folder, packages, PRELOADED)
-        if PRELOAD_STATE["modules"] != len(sys.modules):  # a library imported since may have registered operators
-            record = GRADER["cs_basics.harness.rule.record"]
-            record._operator_overloads.cache_clear()
-            for patterns in {tuple(p) for p in job["rule"]["forbidden_ops"].values() if p}:
-                record.operator_overloads(patterns)
-            PRELOAD_STATE["modules"] = len(sys.modules)
+        load_grader(folder, packages, PRELOADED)
     except Exception:  # the children load their own
         GRADER.clear()
         for name in [n for n in sys.modules if any(n == p or n.startswith(f"{p}.") for p in packages)]:
             del sys.modules[name]
+
+
+def list_forbidden_operators(job: dict) -> None:
+    """In the grading server, before it forks a job (speed only): torch's operators that each problem's patterns
+    forbid (record.operator_overloads), listed where the server loaded the record (preload_grader), and listed again
+    whenever it imported more since (a library may register operators). Each child forked after it has them; a
+    list it lacks, the child makes."""
+    record = GRADER.get("cs_basics.harness.rule.record")
+    if record is None or PRELOAD_STATE["modules"] == len(sys.modules):
+        return
+    record._operator_overloads.cache_clear()
+    for patterns in {tuple(p) for p in job["rule"]["forbidden_ops"].values() if p}:
+        record.operator_overloads(patterns)
+    PRELOAD_STATE["modules"] = len(sys.modules)
 
 
 def load_grader(code: Path, packages: list[str], names: tuple[str, ...] = GRADER_MODULES) -> None:
@@ -245,7 +253,7 @@ def load_grader(code: Path, packages: list[str], names: tuple[str, ...] = GRADER
     folder as its path, but without running its `__init__.py` (the student's: run_package_init runs it later,
     under the import's watch). Modules of the packages loaded before (in the server: preload_grader) stay, reached
     from the new shells; a package among them imports what it has not yet from `code`, the job's own copy (the
-    server's folder is out of the job's view)."""
+    server's folder need not be in the job's view)."""
     preloaded = [n for n in sys.modules if any(n.startswith(f"{p}.") for p in packages)]
     for name in packages:
         spec = importlib.machinery.ModuleSpec(name, None, is_package=True)

@@ -381,8 +381,7 @@ class ForkServer:
             job = message["job"]
             if not IN_JOB_CGROUP[0]:  # those the grader saw the code name (worker.WARM_ON_REQUEST); once in the
                 import_libraries(job.get("warm", []))  # job cgroup, none: the child imports what is missing
-                CHILD[0].preload_grader(job)  # the grader's modules, once; the operators' lists, once a change
-                gc.freeze()  # as in main
+                CHILD[0].list_forbidden_operators(job)  # once, and again after an import
             join_job_cgroup(job.get("cgroup_kills_all", False))
             keeper = self.pid_namespace(job, fds)
             pid = os.fork()
@@ -554,6 +553,7 @@ def main() -> None:
     warm_up()
     CHILD.append(load("child"))
     CONFINE.append(load("confine"))
+    CHILD[0].preload_grader()  # the grader's own modules, before any job: its children inherit them
     # what the imports made, out of every later collection's walk: a collection writes to each object it walks,
     # and in a forked child each write to a page copies it (about 300 MiB of them a child shares with this server)
     gc.freeze()

@@ -67,7 +67,7 @@ def cached_code(source: Path, text: bytes, mtime: int, size: int) -> bytes | Non
         cached = Path(importlib.util.cache_from_source(str(source))).read_bytes()
     except (OSError, NotImplementedError, ValueError):
         return None
-    if len(cached) < 16 or cached[:4] != importlib.util.MAGIC_NUMBER:
+    if len(cached) < 16 or cached[:4] != importlib.util.MAGIC_NUMBER or len(text) != size:  # changed since its stat
         return None
     flags = int.from_bytes(cached[4:8], "little")
     if flags == 0:  # by the file's time and size

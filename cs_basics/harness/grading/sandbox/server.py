@@ -222,27 +222,45 @@ class ClonedServer(Server):
 
 def install_tool(root: Path) -> Path:
     """The server's and the child's files, copied to `root`/tool (the job may not see the course's repository), with
-    the grader's modules the server loads once for all its jobs (child.preload_grader) in `grader/`."""
+    the grader's modules the server loads as it starts (child.preload_grader) in `grader/`: laid out afresh at each
+    server's start, the grader's (root's where it is root), folders 755 and files 644 whatever the checkout's modes
+    and the umask, so that no job's uid may write what a server will load."""
     tool = root / "tool"
     tool.mkdir(exist_ok=True)
+    tool.chmod(0o755)
     for path in SERVER_FILES:
-        shutil.copyfile(path, tool / path.name)
-    # laid out afresh: a job that ran as the grader's own user (no uid of its own) may have written the old copy
-    shutil.rmtree(tool / "grader", ignore_errors=True)
+        copy_readable(path, tool / path.name)
+    grader = tool / "grader"
+    if grader.is_symlink() or grader.is_file():  # never followed: laid out here, not through a link
+        grader.unlink()
+    if grader.exists():
+        shutil.rmtree(grader)
     for folder in PRELOADED_FOLDERS:
-        copy_modules(HARNESS_PACKAGE / folder, tool / "grader" / HARNESS_PACKAGE.name / folder)
+        copy_modules(HARNESS_PACKAGE / folder, grader / HARNESS_PACKAGE.name / folder)
+    for folder in [grader, *grader.rglob("*")]:
+        if folder.is_dir():
+            folder.chmod(0o755)
     return tool
 
 
 def copy_modules(source: Path, target: Path) -> None:
     """The Python files of `source` (not its subfolders) into `target`, with their bytecode where the grader's own
-    import wrote it: the copy keeps each file's time, which the bytecode names (else the server compiles it)."""
+    import wrote it: each copy keeps its file's time, which the bytecode names (else the server compiles it)."""
     (target / "__pycache__").mkdir(parents=True, exist_ok=True)
     for path in source.glob("*.py"):
-        shutil.copy2(path, target / path.name)
+        copy_readable(path, target / path.name, keep_time=True)
         compiled = source / "__pycache__" / f"{path.stem}.{sys.implementation.cache_tag}.pyc"
         if compiled.is_file():
-            shutil.copy2(compiled, target / "__pycache__" / compiled.name)
+            copy_readable(compiled, target / "__pycache__" / compiled.name, keep_time=True)
+
+
+def copy_readable(source: Path, target: Path, keep_time: bool = False) -> None:
+    """`source` copied to `target`, mode 644 (not the source's), with its modification time where `keep_time`."""
+    shutil.copyfile(source, target)
+    target.chmod(0o644)
+    if keep_time:
+        stat = source.stat()
+        os.utime(target, ns=(stat.st_atime_ns, stat.st_mtime_ns))
 
 
 def server_env(root: Path) -> dict[str, str]:
