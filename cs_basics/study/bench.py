@@ -10,7 +10,10 @@ makes one call, VmHWM less VmRSS before the call: measured, not estimated.
 
 from __future__ import annotations
 
+import ctypes
 import json
+import os
+import re
 import statistics
 import subprocess
 import sys
@@ -171,8 +174,6 @@ def _status_mib(field: str) -> float:
 def serve(setup: str) -> None:
     """The warm child of PeakProbe: for each request on stdin, a fork that answers one line (`_probe`), or
     "failed" where it ended otherwise."""
-    import os
-
     spec = json.loads(setup)
     resident = resident_file_pages()
     for line in sys.stdin:
@@ -199,8 +200,6 @@ def resident_file_pages() -> list[tuple[int, int]]:
     """The pages of this process's file mappings (its libraries) that its page tables hold now, as (start, count)
     runs: a fork gets none of them (the kernel copies only anonymous memory's), and would count each again as the
     measured call faults it in, which a fresh Python that imported torch had not."""
-    import re
-
     runs: list[tuple[int, int]] = []
     try:
         maps, pagemap = open("/proc/self/maps"), open("/proc/self/pagemap", "rb")  # noqa: SIM115
@@ -226,8 +225,6 @@ def resident_file_pages() -> list[tuple[int, int]]:
 
 def touch(runs: list[tuple[int, int]]) -> None:
     """Read a byte of each page of `runs` (resident_file_pages): this process's page tables as its parent's."""
-    import ctypes
-
     for start, count in runs:
         for page in range(count):
             ctypes.c_char.from_address(start + page * PAGE).value  # noqa: B018
