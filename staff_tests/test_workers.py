@@ -320,9 +320,10 @@ if getattr(_record, "TAMPERED", False):
 def test_each_job_finds_the_graders_modules_loaded_by_its_server_and_imports_the_rest_from_its_own_code(
     assignment, tmp_path, sandbox
 ):
-    """The server loads the grader's modules once (child.preload_grader), before its first job: each child forks with
-    them (about 10 ms of each phase's), and whatever of the harness the course's code imports later comes from the
-    job's own staged copy (the server's folder is out of the job's view). A batch's copies and a second job alike."""
+    """The server loads the grader's modules once (child.preload_grader), as it starts, before any job: each child
+    forks with them (about 10 ms of each phase's), and whatever of the harness the course's code imports later comes
+    from the job's own staged copy (the server's folder need not be in the job's view). A batch's copies and a second
+    job alike; a copy made after a job ran reads nothing of that folder."""
     with Worker(sandbox, SPYING).start() as first, Worker(sandbox, SPYING, beside=first.share()) as second:
         for worker, name in ((first, "first"), (second, "second"), (second, "again")):
             probe = submission(tmp_path, LOADED_BY_THE_SERVER + softmax_fails_if("_found"), name=name)
